@@ -1,0 +1,86 @@
+// Package cli is the affido-agent command tree.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/affido/affido/agent/server"
+)
+
+// Run executes the command line args (without the program name).
+func Run(ctx context.Context, args []string) error {
+	root := &cobra.Command{Use: "affido-agent", Short: "The Affido agent inside a user's sandbox", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(&cobra.Command{
+		Use:   "serve",
+		Short: "Serve the agent API on AFFIDO_LISTEN (default :8080)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context()) },
+	}, &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Exit 0 when the local agent answers /health (Docker healthcheck)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			addr := env("AFFIDO_LISTEN", ":8080")
+			if strings.HasPrefix(addr, ":") {
+				addr = "127.0.0.1" + addr
+			}
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("health: %s", resp.Status)
+			}
+			return nil
+		},
+	})
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func serve(ctx context.Context) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	s := &server.Server{
+		User:      env("AFFIDO_USER", ""),
+		Workspace: env("WORKSPACE", "/workspace"),
+		SessionDB: env("SESSION_DB", "/data/session.db"),
+		Started:   time.Now(),
+	}
+	addr := env("AFFIDO_LISTEN", ":8080")
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("agent listening", "addr", addr, "user", s.User)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return srv.Shutdown(shutdown)
+}

@@ -1,0 +1,278 @@
+package sandboxupstream_test
+
+// These tests run the real Caddy, in process, with caddy/Caddyfile, in front
+// of a stand-in manager and two stand-in sandboxes on loopback addresses, and
+// attack the route: forged endpoint headers, another user's credentials,
+// path tricks, and a manager that answers with an address outside the pool.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/affido/affido/caddy/sandboxupstream"
+)
+
+type stack struct {
+	user, control, gateway string // Caddy listener base URLs
+	manager, sbA, sbB      string // host:port of the stand-ins
+	mu                     sync.Mutex
+	resolves               []url.Values
+	gatewayHeaders         []http.Header
+}
+
+func (s *stack) resolveCalls() []url.Values {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]url.Values(nil), s.resolves...)
+}
+
+func listen(t *testing.T, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", addr, err)
+	}
+	return ln
+}
+
+func freeAddr(t *testing.T, ip string) string {
+	ln := listen(t, ip+":0")
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func serve(t *testing.T, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+func startStack(t *testing.T) *stack {
+	if testing.Short() {
+		t.Skip("starts Caddy")
+	}
+	s := &stack{}
+	for name, ip := range map[string]string{"A": "127.0.1.2", "B": "127.0.1.3"} {
+		ln := listen(t, ip+":0")
+		if name == "A" {
+			s.sbA = ln.Addr().String()
+		} else {
+			s.sbB = ln.Addr().String()
+		}
+		serve(t, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "sandbox %s path=%s cookie=%q auth=%q endpoint=%q", name, r.URL.Path,
+				r.Header.Get("Cookie"), r.Header.Get("Authorization"), r.Header.Get("X-Sandbox-Endpoint"))
+		}))
+	}
+	mln := listen(t, "127.0.0.1:0")
+	s.manager = mln.Addr().String()
+	serve(t, mln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/gateway/") {
+			s.mu.Lock()
+			s.gatewayHeaders = append(s.gatewayHeaders, r.Header.Clone())
+			s.mu.Unlock()
+			fmt.Fprintf(w, "gateway source=%s", r.Header.Get("X-Affido-Source-Ip"))
+			return
+		}
+		if r.URL.Path != "/v1/resolve" {
+			fmt.Fprintf(w, "manager %s", r.URL.Path)
+			return
+		}
+		q := r.URL.Query()
+		s.mu.Lock()
+		s.resolves = append(s.resolves, q)
+		s.mu.Unlock()
+		tokens := map[string]string{"a-token": "alice", "b-token": "bob", "n-token": "nohdr", "e-token": "evil"}
+		c, err := r.Cookie("better-auth.session_token")
+		if err != nil || tokens[c.Value] == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if tokens[c.Value] != q.Get("user") {
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		switch q.Get("user") {
+		case "alice":
+			w.Header().Set("X-Sandbox-Endpoint", s.sbA)
+		case "bob":
+			w.Header().Set("X-Sandbox-Endpoint", s.sbB)
+		case "evil": // a compromised manager answer: the manager itself
+			w.Header().Set("X-Sandbox-Endpoint", s.manager)
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+
+	src, err := os.ReadFile("../Caddyfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AFFIDO_CADDY_IP", "127.0.0.1")
+	t.Setenv("AFFIDO_MANAGER", s.manager)
+	t.Setenv("AFFIDO_SANDBOX_POOL", "127.0.1.0/24")
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	cfgJSON, _, err := adapter.Adapt(src, nil)
+	if err != nil {
+		t.Fatalf("adapt Caddyfile: %v", err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["admin"] = map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
+	cfg["logging"] = map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}}
+	servers := cfg["apps"].(map[string]any)["http"].(map[string]any)["servers"].(map[string]any)
+	addrs := map[string]*string{"srv0": &s.user, "srv1": &s.control, "srv2": &s.gateway}
+	for name, dst := range addrs {
+		a := freeAddr(t, "127.0.0.1")
+		servers[name].(map[string]any)["listen"] = []string{a}
+		*dst = "http://" + a
+	}
+	out, _ := json.Marshal(cfg)
+	if err := caddy.Load(out, true); err != nil {
+		t.Fatalf("load config: %v", err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	return s
+}
+
+func get(t *testing.T, rawURL string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", rawURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Send the path exactly as written, without Go cleaning it.
+	if u, err := url.Parse(rawURL); err == nil {
+		req.URL.Opaque = u.EscapedPath()
+		req.URL.Opaque = "//" + u.Host + u.EscapedPath()
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestCaddyRoute(t *testing.T) {
+	s := startStack(t)
+	alice := map[string]string{"Cookie": "better-auth.session_token=a-token"}
+
+	t.Run("owner reaches own sandbox, prefix stripped, credentials not forwarded", func(t *testing.T) {
+		code, body := get(t, s.user+"/u/alice/health", alice)
+		if code != 200 || !strings.HasPrefix(body, "sandbox A path=/health ") {
+			t.Fatalf("got %d %q", code, body)
+		}
+		if !strings.Contains(body, `cookie=""`) || !strings.Contains(body, `auth=""`) {
+			t.Fatalf("credentials reached the sandbox: %q", body)
+		}
+	})
+
+	t.Run("forged X-Sandbox-Endpoint never changes the dial", func(t *testing.T) {
+		for _, forged := range []string{s.sbB, "sandbox-manager:9090", "unix//var/run/docker.sock", s.manager, "127.0.0.1:2019", "10.0.0.1:80"} {
+			h := map[string]string{"Cookie": alice["Cookie"], "X-Sandbox-Endpoint": forged}
+			code, body := get(t, s.user+"/u/alice/x", h)
+			if code != 200 || !strings.HasPrefix(body, "sandbox A path=/x ") || !strings.Contains(body, `endpoint=""`) {
+				t.Errorf("forged %q: got %d %q", forged, code, body)
+			}
+			// Without credentials the forged header must not get anywhere either.
+			code, body = get(t, s.user+"/u/alice/x", map[string]string{"X-Sandbox-Endpoint": forged})
+			if code != 401 {
+				t.Errorf("forged %q without credentials: got %d %q", forged, code, body)
+			}
+		}
+	})
+
+	t.Run("another user's credentials are refused", func(t *testing.T) {
+		if code, body := get(t, s.user+"/u/bob/health", alice); code != 403 {
+			t.Fatalf("got %d %q", code, body)
+		}
+		// The cleaned path decides the user: alice's path walking to bob's.
+		if code, body := get(t, s.user+"/u/alice/../bob/health", alice); code != 403 {
+			t.Fatalf("dot-dot: got %d %q", code, body)
+		}
+	})
+
+	t.Run("a 200 without an endpoint, or with one outside the pool, dials nothing", func(t *testing.T) {
+		for _, tok := range []string{"n-token", "e-token"} {
+			user := map[string]string{"n-token": "nohdr", "e-token": "evil"}[tok]
+			h := map[string]string{"Cookie": "better-auth.session_token=" + tok, "X-Sandbox-Endpoint": s.sbB}
+			code, body := get(t, s.user+"/u/"+user+"/x", h)
+			if code < 500 || strings.Contains(body, "sandbox") || strings.Contains(body, "manager") {
+				t.Errorf("%s: got %d %q", user, code, body)
+			}
+		}
+	})
+
+	t.Run("bad user ids never reach the manager", func(t *testing.T) {
+		before := len(s.resolveCalls())
+		for _, p := range []string{"/u/a.b/health", "/u/%2e%2e/health", "/u/" + strings.Repeat("x", 65) + "/health", "/u/a%20b/health", "/u/%2E%2E%2Fbob/health"} {
+			if code, body := get(t, s.user+p, alice); code != 404 && code != 400 {
+				t.Errorf("%s: got %d %q", p, code, body)
+			}
+		}
+		if n := len(s.resolveCalls()); n != before {
+			t.Fatalf("manager was called %d times for bad ids", n-before)
+		}
+	})
+
+	t.Run("query injection through the path stays in the path parameter", func(t *testing.T) {
+		get(t, s.user+"/u/alice/x%26user=bob", alice)
+		calls := s.resolveCalls()
+		last := calls[len(calls)-1]
+		if last.Get("user") != "alice" || len(last["user"]) != 1 || last.Get("path") != "/x&user=bob" {
+			t.Fatalf("resolve query = %v", last)
+		}
+	})
+
+	t.Run("manager routes and 404 elsewhere", func(t *testing.T) {
+		if code, body := get(t, s.user+"/app/", nil); code != 200 || body != "manager /app/" {
+			t.Errorf("/app/: %d %q", code, body)
+		}
+		if code, _ := get(t, s.user+"/v1/resolve?user=alice", alice); code != 404 {
+			t.Errorf("/v1/resolve on the user listener: %d", code)
+		}
+		if code, _ := get(t, s.user+"/v1/gateway/whoami", nil); code != 404 {
+			t.Errorf("gateway route on the user listener: %d", code)
+		}
+	})
+
+	t.Run("gateway listener forwards only gateway routes, with a source address it sets", func(t *testing.T) {
+		code, body := get(t, s.gateway+"/v1/gateway/whoami", map[string]string{"X-Affido-Source-Ip": "127.0.1.3"})
+		if code != 200 || body != "gateway source=127.0.0.1" {
+			t.Fatalf("got %d %q", code, body)
+		}
+		for _, p := range []string{"/u/alice/health", "/v1/resolve?user=alice", "/app/", "/metrics"} {
+			if code, body := get(t, s.gateway+p, alice); code != 404 {
+				t.Errorf("%s on the gateway listener: %d %q", p, code, body)
+			}
+		}
+	})
+
+	t.Run("sandbox control listener reaches pool addresses only", func(t *testing.T) {
+		if code, body := get(t, s.control+"/_sandbox/"+s.sbB+"/health", nil); code != 200 || !strings.HasPrefix(body, "sandbox B path=/health") {
+			t.Fatalf("pool address: %d %q", code, body)
+		}
+		if code, body := get(t, s.control+"/_sandbox/"+s.manager+"/v1/resolve", nil); code < 500 || strings.Contains(body, "manager") {
+			t.Fatalf("manager address: %d %q", code, body)
+		}
+	})
+}

@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func adminURL() string {
+	if v := os.Getenv("AFFIDO_ADMIN_URL"); v != "" {
+		return v
+	}
+	return "http://127.0.0.1:9091"
+}
+
+// adminCall sends one request to the running manager's admin API.
+func adminCall(method, path string, q url.Values, out any) error {
+	u := adminURL() + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("reach the manager's admin API at %s (run this inside the manager container: docker exec <manager> affido admin ...): %w", adminURL(), err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode/100 != 2 {
+		var p struct{ Detail string }
+		_ = json.Unmarshal(body, &p)
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, p.Detail)
+	}
+	return json.Unmarshal(body, out)
+}
+
+func adminCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "admin", Short: "Operate the running manager (sandboxes, tokens)"}
+	userCmd := func(use, short, path string, print func(cmd *cobra.Command, m map[string]string)) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " USER",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var m map[string]string
+				if err := adminCall(http.MethodPost, path, url.Values{"user": {args[0]}}, &m); err != nil {
+					return err
+				}
+				print(cmd, m)
+				return nil
+			},
+		}
+	}
+	done := func(verb string) func(*cobra.Command, map[string]string) {
+		return func(cmd *cobra.Command, m map[string]string) { fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", verb, m["user"]) }
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "sandboxes",
+			Short: "List sandboxes: user, state, last activity",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				var list []struct {
+					User       string     `json:"user"`
+					State      string     `json:"state"`
+					Endpoint   string     `json:"endpoint"`
+					Subnet     string     `json:"subnet"`
+					LastActive time.Time  `json:"last_active"`
+					WakeAt     *time.Time `json:"wake_at"`
+				}
+				if err := adminCall(http.MethodGet, "/admin/sandboxes", nil, &list); err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "USER\tSTATE\tSUBNET\tLAST ACTIVE\tWAKE AT")
+				for _, s := range list {
+					wake := "-"
+					if s.WakeAt != nil {
+						wake = s.WakeAt.UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.User, s.State, s.Subnet, s.LastActive.UTC().Format(time.RFC3339), wake)
+				}
+				return tw.Flush()
+			},
+		},
+		userCmd("evict", "Remove USER's container now; keep network and volumes", "/admin/evict", done("evicted")),
+		userCmd("reset", "Remove USER's container, network, volumes and registry row", "/admin/reset", done("reset")),
+		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
+			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
+		&cobra.Command{
+			Use:   "session USER TOKEN",
+			Short: "Create USER if needed and store TOKEN as a 30-day web session",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var m map[string]string
+				if err := adminCall(http.MethodPost, "/admin/session", url.Values{"user": {args[0]}, "token": {args[1]}}, &m); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "session stored for %s\n", m["user"])
+				return nil
+			},
+		},
+	)
+	return cmd
+}

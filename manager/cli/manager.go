@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/affido/affido/manager/agentclient"
+	"github.com/affido/affido/manager/config"
+	"github.com/affido/affido/manager/lifecycle"
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/server"
+	"github.com/affido/affido/migrations"
+)
+
+func managerCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "manager", Short: "Run the sandbox manager"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "serve",
+		Short: "Serve forward_auth, the gateway and the admin API; drive the sandboxes",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context()) },
+	}, &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the registry migrations and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			store, err := registry.Open(cmd.Context(), cfg.PostgresDSN)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			n, err := migrate(cmd.Context(), store)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s)\n", n)
+			return nil
+		},
+	})
+	return cmd
+}
+
+func migrate(ctx context.Context, store *registry.Store) (int, error) {
+	ms, err := registry.LoadMigrations(migrations.FS)
+	if err != nil {
+		return 0, err
+	}
+	return store.Migrate(ctx, ms)
+}
+
+// waitFor retries fn until it succeeds or ctx ends; the manager may start
+// before Postgres does.
+func waitFor(ctx context.Context, log *slog.Logger, what string, fn func(context.Context) error) error {
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		log.Info("waiting for "+what, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w", what, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func serve(ctx context.Context) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	store, err := registry.Open(ctx, cfg.PostgresDSN)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := waitFor(startCtx, log, "postgres", store.Ping); err != nil {
+		return err
+	}
+	if n, err := migrate(startCtx, store); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("applied migrations", "count", n)
+	}
+
+	docker, err := provision.NewDocker(provision.Config{
+		Stack:            cfg.Stack,
+		Image:            cfg.AgentImage,
+		AgentPort:        8080,
+		GatewayContainer: cfg.GatewayContainer,
+		GatewayURL:       cfg.GatewayURL,
+		MemoryBytes:      cfg.SandboxMemory,
+		NanoCPUs:         int64(cfg.SandboxCPUs * 1e9),
+		PidsLimit:        cfg.SandboxPids,
+		RunAs:            "10001:10001",
+	})
+	if err != nil {
+		return err
+	}
+	defer docker.Close()
+	if err := waitFor(startCtx, log, "docker", docker.Ping); err != nil {
+		return err
+	}
+	if err := docker.CheckImage(startCtx); err != nil {
+		return err
+	}
+
+	var mgr *lifecycle.Manager
+	metrics := lifecycle.NewMetrics(func() map[string]int { return mgr.StateCounts() })
+	mgr = lifecycle.New(docker, store, agentclient.New(cfg.SandboxProxy), lifecycle.Config{
+		Pool:             cfg.SandboxPool,
+		SubnetBits:       cfg.SubnetBits,
+		Tiers:            lifecycle.Tiers{Pause: cfg.IdlePause, Stop: cfg.IdleStop, Remove: cfg.IdleRemove},
+		MaxRunning:       cfg.MaxRunning,
+		ProvisionTimeout: cfg.ProvisionTimeout,
+		Tick:             cfg.Tick,
+	}, log, metrics)
+	go mgr.Run(ctx)
+
+	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log}
+	admin := &server.Admin{Manager: mgr, Store: store}
+	errc := make(chan error, 2)
+	servers := []*http.Server{
+		{Addr: cfg.Listen, Handler: pub.Handler(), ReadHeaderTimeout: 10 * time.Second},
+		{Addr: cfg.AdminListen, Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second},
+	}
+	for _, srv := range servers {
+		ln, err := net.Listen("tcp", srv.Addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", srv.Addr, err)
+		}
+		log.Info("listening", "addr", srv.Addr)
+		go func() { errc <- srv.Serve(ln) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	shutdown, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shutdown)
+	}
+	return nil
+}
+
+type healthOf struct {
+	*registry.Store
+	*lifecycle.Manager
+}

@@ -1,0 +1,91 @@
+// Package config reads the manager's configuration from the environment.
+// Every variable, with its default, is listed in the README.
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config is the manager's configuration.
+type Config struct {
+	PostgresDSN      string        // AFFIDO_POSTGRES_DSN
+	Listen           string        // AFFIDO_LISTEN: forward_auth, gateway, metrics (control network)
+	AdminListen      string        // AFFIDO_ADMIN_LISTEN: admin API (loopback only)
+	Stack            string        // AFFIDO_STACK: name prefix and label of Docker objects
+	AgentImage       string        // AFFIDO_AGENT_IMAGE
+	SandboxPool      netip.Prefix  // AFFIDO_SANDBOX_POOL
+	SubnetBits       int           // AFFIDO_SANDBOX_SUBNET_BITS
+	SandboxProxy     string        // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
+	GatewayContainer string        // AFFIDO_GATEWAY_CONTAINER: Caddy's container name
+	GatewayURL       string        // AFFIDO_GATEWAY_URL: the gateway as sandboxes see it
+	IdlePause        time.Duration // AFFIDO_IDLE_PAUSE
+	IdleStop         time.Duration // AFFIDO_IDLE_STOP
+	IdleRemove       time.Duration // AFFIDO_IDLE_REMOVE
+	MaxRunning       int           // AFFIDO_MAX_RUNNING
+	ProvisionTimeout time.Duration // AFFIDO_PROVISION_TIMEOUT
+	Tick             time.Duration // AFFIDO_TICK: idle and wake scan interval
+	SandboxMemory    int64         // AFFIDO_SANDBOX_MEMORY_MB (MiB)
+	SandboxCPUs      float64       // AFFIDO_SANDBOX_CPUS
+	SandboxPids      int64         // AFFIDO_SANDBOX_PIDS
+}
+
+// Load reads the configuration from the environment.
+func Load() (Config, error) {
+	var errs []error
+	str := func(key, def string) string {
+		if v := os.Getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	dur := func(key, def string) time.Duration {
+		d, err := time.ParseDuration(str(key, def))
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("%s: want a duration such as 5m, got %q", key, os.Getenv(key)))
+		}
+		return d
+	}
+	num := func(key string, def int64) int64 {
+		n, err := strconv.ParseInt(str(key, strconv.FormatInt(def, 10)), 10, 64)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("%s: want a non-negative integer, got %q", key, os.Getenv(key)))
+		}
+		return n
+	}
+	c := Config{
+		PostgresDSN:      str("AFFIDO_POSTGRES_DSN", "postgres://affido:affido@oltp:5432/affido?sslmode=disable"),
+		Listen:           str("AFFIDO_LISTEN", ":9090"),
+		AdminListen:      str("AFFIDO_ADMIN_LISTEN", "127.0.0.1:9091"),
+		Stack:            str("AFFIDO_STACK", "affido"),
+		AgentImage:       str("AFFIDO_AGENT_IMAGE", "affido/agent:dev"),
+		SubnetBits:       int(num("AFFIDO_SANDBOX_SUBNET_BITS", 28)),
+		SandboxProxy:     str("AFFIDO_SANDBOX_PROXY", "http://caddy:8081"),
+		GatewayContainer: str("AFFIDO_GATEWAY_CONTAINER", "affido-caddy"),
+		GatewayURL:       str("AFFIDO_GATEWAY_URL", "http://gateway:8088"),
+		IdlePause:        dur("AFFIDO_IDLE_PAUSE", "5m"),
+		IdleStop:         dur("AFFIDO_IDLE_STOP", "1h"),
+		IdleRemove:       dur("AFFIDO_IDLE_REMOVE", "24h"),
+		MaxRunning:       int(num("AFFIDO_MAX_RUNNING", 50)),
+		ProvisionTimeout: dur("AFFIDO_PROVISION_TIMEOUT", "30s"),
+		Tick:             dur("AFFIDO_TICK", "1s"),
+		SandboxMemory:    num("AFFIDO_SANDBOX_MEMORY_MB", 512) << 20,
+		SandboxPids:      num("AFFIDO_SANDBOX_PIDS", 256),
+	}
+	pool, err := netip.ParsePrefix(str("AFFIDO_SANDBOX_POOL", "10.213.0.0/16"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("AFFIDO_SANDBOX_POOL: %w", err))
+	}
+	c.SandboxPool = pool.Masked()
+	c.SandboxCPUs, err = strconv.ParseFloat(str("AFFIDO_SANDBOX_CPUS", "1"), 64)
+	if err != nil || c.SandboxCPUs <= 0 {
+		errs = append(errs, fmt.Errorf("AFFIDO_SANDBOX_CPUS: want a positive number, got %q", os.Getenv("AFFIDO_SANDBOX_CPUS")))
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("configuration: %v", errs)
+	}
+	return c, nil
+}

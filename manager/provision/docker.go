@@ -1,0 +1,400 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+)
+
+// ErrNotFound is returned when a sandbox object does not exist.
+var ErrNotFound = errors.New("not found")
+
+// GatewayAlias is the name sandboxes reach Caddy's gateway listener by.
+const GatewayAlias = "gateway"
+
+// Config describes the sandboxes a Docker provisioner creates.
+type Config struct {
+	Stack            string // name prefix and affido.stack label
+	Image            string // agent image, built locally
+	AgentPort        uint16 // port the agent listens on in its container
+	GatewayContainer string // Caddy's container, joined to every user network as "gateway"
+	GatewayURL       string // base URL the agent uses for the gateway
+	MemoryBytes      int64
+	NanoCPUs         int64
+	PidsLimit        int64
+	RunAs            string // uid:gid inside the container
+}
+
+// Docker provisions sandboxes through the Docker Engine API.
+type Docker struct {
+	cli *client.Client
+	cfg Config
+}
+
+// NewDocker connects to the engine named by the environment (DOCKER_HOST),
+// negotiating the API version on first use.
+func NewDocker(cfg Config) (*Docker, error) {
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	if cfg.AgentPort == 0 {
+		cfg.AgentPort = 8080
+	}
+	return &Docker{cli: cli, cfg: cfg}, nil
+}
+
+// Close releases the client.
+func (d *Docker) Close() error { return d.cli.Close() }
+
+// Config returns the provisioner's configuration.
+func (d *Docker) Config() Config { return d.cfg }
+
+// Ping checks that the engine answers.
+func (d *Docker) Ping(ctx context.Context) error {
+	_, err := d.cli.Ping(ctx, client.PingOptions{})
+	return err
+}
+
+// CheckImage reports a clear error when the agent image is missing.
+func (d *Docker) CheckImage(ctx context.Context) error {
+	if _, err := d.cli.ImageInspect(ctx, d.cfg.Image); err != nil {
+		return fmt.Errorf("agent image %s: %w (build it with ./dev.sh build)", d.cfg.Image, err)
+	}
+	return nil
+}
+
+// Container is what the manager needs to know of a sandbox container.
+type Container struct {
+	ID       string
+	User     string
+	Status   string // created, running, paused, exited, dead
+	Endpoint netip.AddrPort
+}
+
+// Running reports whether the container runs unpaused.
+func (c Container) Running() bool { return c.Status == "running" }
+
+// Names returns the names of user's objects in this stack.
+func (d *Docker) Names(user string) (Names, error) { return NamesFor(d.cfg.Stack, user) }
+
+// SandboxIP is the fixed address of the agent inside its subnet: the bridge
+// takes the first address, the agent the second, Caddy gets any other.
+func SandboxIP(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next().Next() }
+
+// Inspect returns the user's container, or ErrNotFound.
+func (d *Docker) Inspect(ctx context.Context, n Names) (Container, error) {
+	res, err := d.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return Container{}, ErrNotFound
+	}
+	if err != nil {
+		return Container{}, fmt.Errorf("inspect container %s: %w", n.Container(), err)
+	}
+	c := res.Container
+	if c.Config == nil || c.Config.Labels[LabelStack] != n.Stack || c.Config.Labels[LabelUser] != n.User {
+		return Container{}, fmt.Errorf("inspect container %s: exists but is not labelled for %s/%s", n.Container(), n.Stack, n.User)
+	}
+	out := Container{ID: c.ID, User: n.User}
+	if c.State != nil {
+		out.Status = string(c.State.Status)
+	}
+	if c.NetworkSettings != nil {
+		if ep := c.NetworkSettings.Networks[n.Network()]; ep != nil && ep.IPAddress.IsValid() {
+			out.Endpoint = netip.AddrPortFrom(ep.IPAddress, d.cfg.AgentPort)
+		}
+	}
+	return out, nil
+}
+
+// EnsureNetwork returns the user's internal network, creating it with subnet
+// if it does not exist. Old engines create duplicates for a repeated name,
+// so the network is always looked up first.
+func (d *Docker) EnsureNetwork(ctx context.Context, n Names, subnet netip.Prefix) (string, error) {
+	if id, err := d.findNetwork(ctx, n); err == nil {
+		return id, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return "", err
+	}
+	res, err := d.cli.NetworkCreate(ctx, n.Network(), client.NetworkCreateOptions{
+		Driver:   "bridge",
+		Internal: true,
+		Labels:   n.Labels(),
+		IPAM: &network.IPAM{Config: []network.IPAMConfig{{
+			Subnet:  subnet.Masked(),
+			Gateway: subnet.Masked().Addr().Next(),
+		}}},
+	})
+	if err != nil {
+		return "", fmt.Errorf("create network %s (%s): %w", n.Network(), subnet, err)
+	}
+	return res.ID, nil
+}
+
+func (d *Docker) findNetwork(ctx context.Context, n Names) (string, error) {
+	res, err := d.cli.NetworkList(ctx, client.NetworkListOptions{
+		Filters: make(client.Filters).Add("label", LabelStack+"="+n.Stack).Add("label", LabelUser+"="+n.User),
+	})
+	if err != nil {
+		return "", fmt.Errorf("list networks of %s: %w", n.User, err)
+	}
+	for _, nw := range res.Items {
+		if nw.Name == n.Network() { // the name filter matches substrings, so compare exactly
+			return nw.ID, nil
+		}
+	}
+	return "", ErrNotFound
+}
+
+// EnsureVolumes creates the session and workspace volumes; creating an
+// existing volume is a no-op in Docker.
+func (d *Docker) EnsureVolumes(ctx context.Context, n Names) error {
+	for _, name := range []string{n.SessionVolume(), n.WorkspaceVolume()} {
+		if _, err := d.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Labels: n.Labels()}); err != nil {
+			return fmt.Errorf("create volume %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ConnectGateway joins Caddy's container to the user network with the alias
+// "gateway". Joining twice is not an error.
+func (d *Docker) ConnectGateway(ctx context.Context, n Names, networkID string) error {
+	if d.cfg.GatewayContainer == "" {
+		return nil
+	}
+	_, err := d.cli.NetworkConnect(ctx, networkID, client.NetworkConnectOptions{
+		Container:      d.cfg.GatewayContainer,
+		EndpointConfig: &network.EndpointSettings{Aliases: []string{GatewayAlias}},
+	})
+	if err == nil {
+		return nil
+	}
+	// Already connected shows up as a 403/409 with varying text across versions.
+	ins, ierr := d.cli.NetworkInspect(ctx, networkID, client.NetworkInspectOptions{})
+	if ierr == nil {
+		for _, ep := range ins.Network.Containers {
+			if ep.Name == d.cfg.GatewayContainer {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("connect %s to network %s: %w", d.cfg.GatewayContainer, n.Network(), err)
+}
+
+// Create creates the hardened agent container on the user network, with a
+// fixed address inside subnet. It returns the existing container if one with
+// the name exists already.
+func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix, gatewayToken string) (Container, error) {
+	stop := 5
+	ip := SandboxIP(subnet)
+	_, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: n.Container(),
+		Config: &container.Config{
+			Image:  d.cfg.Image,
+			User:   d.cfg.RunAs,
+			Labels: n.Labels(),
+			Env: []string{
+				"SESSION_DB=/data/session.db",
+				"WORKSPACE=/workspace",
+				"AFFIDO_USER=" + n.User,
+				fmt.Sprintf("AFFIDO_LISTEN=:%d", d.cfg.AgentPort),
+				"AFFIDO_GATEWAY_URL=" + d.cfg.GatewayURL,
+				"AFFIDO_GATEWAY_TOKEN=" + gatewayToken,
+			},
+			StopTimeout: &stop,
+			Healthcheck: &container.HealthConfig{
+				Test:     []string{"CMD", "/bin/affido-agent", "healthcheck"},
+				Interval: 30 * time.Second,
+				Timeout:  2 * time.Second,
+			},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:    container.NetworkMode(n.Network()),
+			ReadonlyRootfs: true,
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges:true"},
+			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
+			Mounts: []mount.Mount{
+				{Type: mount.TypeVolume, Source: n.SessionVolume(), Target: "/data"},
+				{Type: mount.TypeVolume, Source: n.WorkspaceVolume(), Target: "/workspace"},
+			},
+			Resources: container.Resources{
+				Memory:     d.cfg.MemoryBytes,
+				MemorySwap: d.cfg.MemoryBytes,
+				NanoCPUs:   d.cfg.NanoCPUs,
+				PidsLimit:  &d.cfg.PidsLimit,
+			},
+			RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		},
+		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+			n.Network(): {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: ip}},
+		}},
+	})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return Container{}, fmt.Errorf("create container %s: %w", n.Container(), err)
+	}
+	return d.Inspect(ctx, n)
+}
+
+// Start starts a created or exited container.
+func (d *Docker) Start(ctx context.Context, id string) error {
+	if _, err := d.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("start container %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// Pause freezes a running container.
+func (d *Docker) Pause(ctx context.Context, id string) error {
+	if _, err := d.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("pause container %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// Unpause thaws a paused container.
+func (d *Docker) Unpause(ctx context.Context, id string) error {
+	if _, err := d.cli.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("unpause container %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// Stop stops a container, unpausing it first (a paused container cannot
+// receive the stop signal).
+func (d *Docker) Stop(ctx context.Context, id string) error {
+	timeout := 5
+	if _, err := d.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout}); err != nil {
+		return fmt.Errorf("stop container %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// RemoveContainer removes the user's container; named volumes stay.
+func (d *Docker) RemoveContainer(ctx context.Context, n Names) error {
+	_, err := d.cli.ContainerRemove(ctx, n.Container(), client.ContainerRemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove container %s: %w", n.Container(), err)
+	}
+	return nil
+}
+
+// RemoveAll removes the container, the network and both volumes (a reset).
+func (d *Docker) RemoveAll(ctx context.Context, n Names) error {
+	if err := d.RemoveContainer(ctx, n); err != nil {
+		return err
+	}
+	for {
+		id, err := d.findNetwork(ctx, n)
+		if errors.Is(err, ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if d.cfg.GatewayContainer != "" {
+			_, _ = d.cli.NetworkDisconnect(ctx, id, client.NetworkDisconnectOptions{Container: d.cfg.GatewayContainer, Force: true})
+		}
+		if _, err := d.cli.NetworkRemove(ctx, id, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("remove network %s: %w", n.Network(), err)
+		}
+	}
+	for _, v := range []string{n.SessionVolume(), n.WorkspaceVolume()} {
+		if _, err := d.cli.VolumeRemove(ctx, v, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("remove volume %s: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// Inventory lists every labelled object of this stack, by user.
+type Inventory struct {
+	Containers map[string][]Container
+	Networks   map[string][]string
+	Volumes    map[string][]string
+}
+
+// List returns the stack's labelled containers, networks and volumes.
+func (d *Docker) List(ctx context.Context) (Inventory, error) {
+	inv := Inventory{Containers: map[string][]Container{}, Networks: map[string][]string{}, Volumes: map[string][]string{}}
+	f := make(client.Filters).Add("label", LabelStack+"="+d.cfg.Stack).Add("label", LabelManaged+"=true")
+	cs, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return inv, fmt.Errorf("list containers: %w", err)
+	}
+	for _, c := range cs.Items {
+		u := c.Labels[LabelUser]
+		inv.Containers[u] = append(inv.Containers[u], Container{ID: c.ID, User: u, Status: string(c.State)})
+	}
+	ns, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return inv, fmt.Errorf("list networks: %w", err)
+	}
+	for _, nw := range ns.Items {
+		u := nw.Labels[LabelUser]
+		inv.Networks[u] = append(inv.Networks[u], nw.Name)
+	}
+	vs, err := d.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return inv, fmt.Errorf("list volumes: %w", err)
+	}
+	for _, v := range vs.Items {
+		u := v.Labels[LabelUser]
+		inv.Volumes[u] = append(inv.Volumes[u], v.Name)
+	}
+	return inv, nil
+}
+
+// Event is a container lifecycle event of this stack.
+type Event struct {
+	User   string // empty for non-sandbox containers of the stack (Caddy)
+	Name   string
+	Action string
+}
+
+// Events streams container events of this stack until ctx ends or the
+// stream breaks; the error channel then carries the reason.
+func (d *Docker) Events(ctx context.Context) (<-chan Event, <-chan error) {
+	res := d.cli.Events(ctx, client.EventsListOptions{
+		Filters: make(client.Filters).Add("type", string(events.ContainerEventType)).Add("label", LabelStack+"="+d.cfg.Stack),
+	})
+	out := make(chan Event)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case m := <-res.Messages:
+				ev := Event{User: m.Actor.Attributes[LabelUser], Name: m.Actor.Attributes["name"], Action: string(m.Action)}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					errc <- ctx.Err()
+					return
+				}
+			case err := <-res.Err:
+				errc <- fmt.Errorf("docker event stream: %w", err)
+				return
+			}
+		}
+	}()
+	return out, errc
+}
+
+func short(id string) string {
+	if len(id) > 12 && !strings.Contains(id, "-") {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,308 @@
+// Package registry is the manager's Postgres state: users, their credentials,
+// their sandboxes and the audit trail. Schema changes come only from the
+// embedded migrations.
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned when a row asked for does not exist.
+var ErrNotFound = errors.New("not found")
+
+// ErrUnauthenticated is returned for missing, unknown or expired credentials.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// Store is the registry on a Postgres pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to Postgres. It does not migrate.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres dsn: %w", err)
+	}
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping reports whether Postgres answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Sandbox is one user's sandbox row.
+type Sandbox struct {
+	UserID       string
+	State        string
+	Subnet       netip.Prefix
+	ContainerID  string
+	NetworkID    string
+	Endpoint     string
+	TokenHash    []byte
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	LastActiveAt time.Time
+	WakeAt       *time.Time
+}
+
+// Sandbox states as stored.
+const (
+	StateProvisioning = "provisioning"
+	StateRunning      = "running"
+	StatePaused       = "paused"
+	StateStopped      = "stopped"
+	StateRemoved      = "removed"
+	StateFailed       = "failed"
+)
+
+// HashToken is how API and sandbox tokens are stored.
+func HashToken(token string) []byte {
+	h := sha256.Sum256([]byte(token))
+	return h[:]
+}
+
+// NewToken returns a random URL-safe token with 256 bits of entropy.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on supported platforms.
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// UserForSession returns the user of an unexpired web session token.
+func (s *Store) UserForSession(ctx context.Context, token string) (string, error) {
+	var user string
+	err := s.pool.QueryRow(ctx,
+		`SELECT user_id FROM session WHERE token = $1 AND expires_at > now()`, token).Scan(&user)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrUnauthenticated
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up session: %w", err)
+	}
+	return user, nil
+}
+
+// UserForAPIToken returns the user an API token belongs to.
+func (s *Store) UserForAPIToken(ctx context.Context, token string) (string, error) {
+	var user string
+	err := s.pool.QueryRow(ctx,
+		`UPDATE api_tokens SET last_used_at = now() WHERE token_hash = $1 RETURNING user_id`,
+		HashToken(token)).Scan(&user)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrUnauthenticated
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up api token: %w", err)
+	}
+	return user, nil
+}
+
+// EnsureUser creates the user if it does not exist.
+func (s *Store) EnsureUser(ctx context.Context, user string) error {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING`, user); err != nil {
+		return fmt.Errorf("ensure user %s: %w", user, err)
+	}
+	return nil
+}
+
+// CreateAPIToken creates the user if needed and returns a new API token;
+// only its hash is stored.
+func (s *Store) CreateAPIToken(ctx context.Context, user string) (string, error) {
+	if err := s.EnsureUser(ctx, user); err != nil {
+		return "", err
+	}
+	token := NewToken()
+	if _, err := s.pool.Exec(ctx, `INSERT INTO api_tokens (token_hash, user_id) VALUES ($1, $2)`,
+		HashToken(token), user); err != nil {
+		return "", fmt.Errorf("create api token for %s: %w", user, err)
+	}
+	return token, nil
+}
+
+// PutSession creates the user if needed and stores a web session token.
+func (s *Store) PutSession(ctx context.Context, user, token string, expires time.Time) error {
+	if err := s.EnsureUser(ctx, user); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO session (token, user_id, expires_at) VALUES ($1, $2, $3)
+		ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = EXCLUDED.expires_at`,
+		token, user, expires)
+	if err != nil {
+		return fmt.Errorf("put session for %s: %w", user, err)
+	}
+	return nil
+}
+
+const sandboxColumns = `user_id, state, subnet, container_id, network_id, endpoint, token_hash,
+	created_at, updated_at, last_active_at, wake_at`
+
+func scanSandbox(row pgx.Row) (Sandbox, error) {
+	var sb Sandbox
+	err := row.Scan(&sb.UserID, &sb.State, &sb.Subnet, &sb.ContainerID, &sb.NetworkID, &sb.Endpoint,
+		&sb.TokenHash, &sb.CreatedAt, &sb.UpdatedAt, &sb.LastActiveAt, &sb.WakeAt)
+	return sb, err
+}
+
+// Sandbox returns one user's sandbox row, or ErrNotFound.
+func (s *Store) Sandbox(ctx context.Context, user string) (Sandbox, error) {
+	sb, err := scanSandbox(s.pool.QueryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE user_id = $1`, user))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Sandbox{}, ErrNotFound
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("get sandbox %s: %w", user, err)
+	}
+	return sb, nil
+}
+
+// Sandboxes returns every sandbox row, by user.
+func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+sandboxColumns+` FROM sandboxes ORDER BY user_id`)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Sandbox, error) { return scanSandbox(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// CreateSandbox inserts a sandbox row in state provisioning with a subnet
+// chosen by pick from the subnets already taken. Allocation is serialized
+// across managers by a transaction-scoped advisory lock.
+func (s *Store) CreateSandbox(ctx context.Context, user string, pick func(used []netip.Prefix) (netip.Prefix, error)) (Sandbox, error) {
+	var sb Sandbox
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('affido:subnets'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING`, user); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT subnet FROM sandboxes`)
+		if err != nil {
+			return err
+		}
+		used, err := pgx.CollectRows(rows, pgx.RowTo[netip.Prefix])
+		if err != nil {
+			return err
+		}
+		sn, err := pick(used)
+		if err != nil {
+			return err
+		}
+		sb, err = scanSandbox(tx.QueryRow(ctx, `INSERT INTO sandboxes (user_id, state, subnet) VALUES ($1, $2, $3)
+			RETURNING `+sandboxColumns, user, StateProvisioning, sn))
+		return err
+	})
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("create sandbox row for %s: %w", user, err)
+	}
+	return sb, nil
+}
+
+// UpdateSandbox writes the mutable fields of a sandbox row.
+func (s *Store) UpdateSandbox(ctx context.Context, sb Sandbox) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET state = $2, container_id = $3, network_id = $4,
+		endpoint = $5, token_hash = $6, last_active_at = $7, wake_at = $8, updated_at = now()
+		WHERE user_id = $1`,
+		sb.UserID, sb.State, sb.ContainerID, sb.NetworkID, sb.Endpoint, sb.TokenHash, sb.LastActiveAt, sb.WakeAt)
+	if err != nil {
+		return fmt.Errorf("update sandbox %s: %w", sb.UserID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("update sandbox %s: %w", sb.UserID, ErrNotFound)
+	}
+	return nil
+}
+
+// DeleteSandbox removes a sandbox row (a reset).
+func (s *Store) DeleteSandbox(ctx context.Context, user string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE user_id = $1`, user); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", user, err)
+	}
+	return nil
+}
+
+// SandboxForToken returns the sandbox whose gateway token this is.
+func (s *Store) SandboxForToken(ctx context.Context, token string) (Sandbox, error) {
+	sb, err := scanSandbox(s.pool.QueryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE token_hash = $1`, HashToken(token)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Sandbox{}, ErrUnauthenticated
+	}
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("look up sandbox token: %w", err)
+	}
+	return sb, nil
+}
+
+// Audit records one lifecycle event.
+func (s *Store) Audit(ctx context.Context, user, kind string, detail map[string]any) error {
+	if detail == nil {
+		detail = map[string]any{}
+	}
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return fmt.Errorf("encode audit detail: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO audit_events (user_id, kind, detail) VALUES ($1, $2, $3)`, user, kind, b); err != nil {
+		return fmt.Errorf("record audit event %s for %s: %w", kind, user, err)
+	}
+	return nil
+}
+
+// UserLock is a held per-user advisory lock; Release frees it.
+type UserLock struct{ conn *pgxpool.Conn }
+
+// LockUser takes a session-scoped advisory lock for user so that two managers
+// never provision the same user at once. If the manager dies, Postgres drops
+// the connection and the lock with it.
+func (s *Store) LockUser(ctx context.Context, user string) (*UserLock, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock user %s: %w", user, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('affido:user:' || $1))`, user); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("lock user %s: %w", user, err)
+	}
+	return &UserLock{conn: conn}, nil
+}
+
+// Release frees the lock. A failed unlock closes the connection, which frees it too.
+func (l *UserLock) Release(user string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('affido:user:' || $1))`, user); err != nil {
+		_ = l.conn.Conn().Close(ctx)
+	}
+	l.conn.Release()
+}
+
+// IsUnavailable reports whether err means Postgres could not be reached.
+func IsUnavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	return err != nil && !errors.As(err, &pgErr) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrUnauthenticated)
+}

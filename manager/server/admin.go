@@ -1,0 +1,91 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/lifecycle"
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// Admin serves the operator API behind `affido admin`. It listens on the
+// manager's loopback only (reach it with docker exec), never on a network.
+type Admin struct {
+	Manager *lifecycle.Manager
+	Store   *registry.Store
+}
+
+// Handler returns the admin API.
+func (a *Admin) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+		list, err := a.Manager.Sandboxes(r.Context())
+		if err != nil {
+			problem.Write(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+			return
+		}
+		writeJSON(w, list)
+	})
+	mux.HandleFunc("POST /admin/evict", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		return a.Manager.Evict(r.Context(), user)
+	}))
+	mux.HandleFunc("POST /admin/reset", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		return a.Manager.Reset(r.Context(), user)
+	}))
+	mux.HandleFunc("POST /admin/token", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		tok, err := a.Store.CreateAPIToken(r.Context(), user)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, map[string]string{"user": user, "token": tok})
+		return nil
+	}))
+	mux.HandleFunc("POST /admin/session", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		tok := r.URL.Query().Get("token")
+		if tok == "" {
+			tok = registry.NewToken()
+		}
+		ttl := 30 * 24 * time.Hour
+		if s := r.URL.Query().Get("ttl"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				problem.Write(w, http.StatusBadRequest, "bad-ttl", "ttl must be a positive Go duration such as 720h")
+				return nil
+			}
+			ttl = d
+		}
+		if err := a.Store.PutSession(r.Context(), user, tok, time.Now().Add(ttl)); err != nil {
+			return err
+		}
+		writeJSON(w, map[string]string{"user": user, "token": tok})
+		return nil
+	}))
+	return mux
+}
+
+func (a *Admin) withUser(fn func(http.ResponseWriter, *http.Request, string) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user := r.URL.Query().Get("user")
+		if !provision.ValidUser(user) {
+			problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
+			return
+		}
+		if err := fn(w, r, user); err != nil {
+			problem.Write(w, http.StatusInternalServerError, "admin-failed", err.Error())
+			return
+		}
+		if w.Header().Get("Content-Type") == "" {
+			writeJSON(w, map[string]string{"user": user, "status": "done"})
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

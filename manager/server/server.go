@@ -1,0 +1,223 @@
+// Package server is the manager's HTTP edge: the forward_auth target
+// (/v1/resolve), health and metrics, the gateway routes sandboxes reach
+// through Caddy, and the local admin API behind `affido admin`.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/lifecycle"
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// SessionCookie is the web client's session cookie.
+const SessionCookie = "better-auth.session_token"
+
+// EndpointHeader carries the sandbox endpoint back to Caddy on a 200.
+const EndpointHeader = "X-Sandbox-Endpoint"
+
+// SourceIPHeader is set by Caddy's gateway listener to the caller's address.
+const SourceIPHeader = "X-Affido-Source-Ip"
+
+// Authenticator maps credentials to a user id. Both methods return
+// registry.ErrUnauthenticated for unknown or expired credentials and any
+// other error when the store cannot answer.
+type Authenticator interface {
+	UserForSession(ctx context.Context, token string) (string, error)
+	UserForAPIToken(ctx context.Context, token string) (string, error)
+}
+
+// Resolver brings a user's sandbox up and returns its endpoint.
+type Resolver interface {
+	Resolve(ctx context.Context, user string, activating bool) (netip.AddrPort, error)
+}
+
+// Health reports readiness of the manager's dependencies.
+type Health interface {
+	Ping(ctx context.Context) error
+	EventsUp() bool
+}
+
+// SandboxAuth finds the sandbox a gateway token belongs to.
+type SandboxAuth interface {
+	SandboxForToken(ctx context.Context, token string) (registry.Sandbox, error)
+}
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	Auth     Authenticator
+	Resolver Resolver
+	Health   Health
+	Gateway  SandboxAuth
+	Metrics  *lifecycle.Metrics
+	Log      *slog.Logger
+	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
+	AuthTimeout time.Duration
+}
+
+// Handler returns the public handler (reached from Caddy on the control network).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/resolve", s.resolve)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
+	mux.HandleFunc("/v1/gateway/", func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")
+	})
+	mux.HandleFunc("GET /app/", s.app)
+	mux.HandleFunc("/auth/", notYet)
+	mux.HandleFunc("/api/", notYet)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, http.StatusNotFound, "not-found", "no such route")
+	})
+	return mux
+}
+
+func notYet(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, http.StatusNotFound, "not-found", "this route is reserved for the web client, which has not landed yet")
+}
+
+func (s *Server) app(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte("<!doctype html><title>Affido</title><h1>Affido</h1><p>The web client is not built yet. Use the HTTP API under <code>/u/&lt;user&gt;/</code>.</p>\n"))
+}
+
+// credentials returns the session token or bearer token of r.
+func credentials(r *http.Request) (session, bearer string) {
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		session = c.Value
+	}
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		bearer = strings.TrimSpace(h[7:])
+	}
+	return session, bearer
+}
+
+// authenticate returns the user the request's credentials belong to.
+func (s *Server) authenticate(ctx context.Context, r *http.Request) (string, error) {
+	session, bearer := credentials(r)
+	if session == "" && bearer == "" {
+		return "", registry.ErrUnauthenticated
+	}
+	if bearer != "" {
+		return s.Auth.UserForAPIToken(ctx, bearer)
+	}
+	return s.Auth.UserForSession(ctx, session)
+}
+
+// resolve is Caddy's forward_auth target. The user id comes only from the
+// query Caddy builds from the cleaned path; X-Forwarded-Uri and any client
+// X-Sandbox-Endpoint are ignored. Only a 200 carries an endpoint.
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	result := "ok"
+	defer func() {
+		if s.Metrics != nil {
+			s.Metrics.Resolve.WithLabelValues(result).Observe(time.Since(start).Seconds())
+		}
+	}()
+	user := r.URL.Query().Get("user")
+	if !provision.ValidUser(user) {
+		result = "bad_request"
+		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
+		return
+	}
+	timeout := s.AuthTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	actx, cancel := context.WithTimeout(r.Context(), timeout)
+	owner, err := s.authenticate(actx, r)
+	cancel()
+	switch {
+	case errors.Is(err, registry.ErrUnauthenticated):
+		result = "unauthenticated"
+		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
+		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
+		return
+	case err != nil:
+		result = "unavailable"
+		s.Log.Error("resolve: authenticate", "user", user, "err", err)
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable; try again shortly")
+		return
+	case owner != user:
+		result = "forbidden"
+		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
+		return
+	}
+	ep, err := s.Resolver.Resolve(r.Context(), user, lifecycle.Activating(r.URL.Query().Get("path")))
+	switch {
+	case errors.Is(err, lifecycle.ErrCapacity):
+		result = "capacity"
+		problem.RetryAfter(w, http.StatusTooManyRequests, 5, "over-capacity", "every sandbox slot is busy; try again shortly")
+		return
+	case err != nil:
+		result = "unavailable"
+		s.Log.Error("resolve: sandbox", "user", user, "err", err)
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "sandbox-unavailable", "the sandbox could not be started; try again shortly")
+		return
+	}
+	w.Header().Set(EndpointHeader, ep.String())
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	if err := s.Health.Ping(ctx); err != nil {
+		problem.Write(w, http.StatusServiceUnavailable, "unhealthy", "postgres: "+err.Error())
+		return
+	}
+	if !s.Health.EventsUp() {
+		problem.Write(w, http.StatusServiceUnavailable, "unhealthy", "docker event stream is down")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// sandboxOf authenticates a gateway call: the bearer token must be a
+// sandbox's token and the source address Caddy saw must be that sandbox's.
+func (s *Server) sandboxOf(r *http.Request) (registry.Sandbox, int, string) {
+	_, bearer := credentials(r)
+	if bearer == "" {
+		return registry.Sandbox{}, http.StatusUnauthorized, "missing sandbox token"
+	}
+	sb, err := s.Gateway.SandboxForToken(r.Context(), bearer)
+	if errors.Is(err, registry.ErrUnauthenticated) {
+		return sb, http.StatusUnauthorized, "unknown sandbox token"
+	}
+	if err != nil {
+		return sb, http.StatusServiceUnavailable, "registry unavailable"
+	}
+	src, err := netip.ParseAddr(r.Header.Get(SourceIPHeader))
+	ep, eerr := netip.ParseAddrPort(sb.Endpoint)
+	if err != nil || eerr != nil || src.Unmap() != ep.Addr() {
+		return sb, http.StatusForbidden, "token used from another address"
+	}
+	return sb, 0, ""
+}
+
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
+	sb, status, why := s.sandboxOf(r)
+	if status != 0 {
+		problem.Write(w, status, "gateway-auth", why)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"user":"` + sb.UserID + `"}` + "\n"))
+}
