@@ -62,7 +62,9 @@ func adminCmd() *cobra.Command {
 		}
 	}
 	done := func(verb string) func(*cobra.Command, map[string]string) {
-		return func(cmd *cobra.Command, m map[string]string) { fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", verb, m["user"]) }
+		return func(cmd *cobra.Command, m map[string]string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", verb, m["user"])
+		}
 	}
 	cmd.AddCommand(
 		&cobra.Command{

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +30,30 @@ func managerCmd() *cobra.Command {
 		Short: "Serve forward_auth, the gateway and the admin API; drive the sandboxes",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context()) },
+	}, &cobra.Command{
+		Use:   "healthcheck",
+		Short: "Exit 0 when the local manager's /healthz answers 200",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			addr := cfg.Listen
+			if strings.HasPrefix(addr, ":") {
+				addr = "127.0.0.1" + addr
+			}
+			resp, err := (&http.Client{Timeout: 3 * time.Second}).Get("http://" + addr + "/healthz")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				return fmt.Errorf("healthz: %s: %s", resp.Status, b)
+			}
+			return nil
+		},
 	}, &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the registry migrations and exit",

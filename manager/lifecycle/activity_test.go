@@ -4,23 +4,23 @@ import "testing"
 
 func TestActivating(t *testing.T) {
 	tests := map[string]bool{
-		"/health":          false,
-		"/status":          false,
-		"/ingest":          false,
-		"/pause":           false,
-		"/uploads/a.txt":   false,
-		"/skills":          false,
-		"/skills/install":  false,
-		"/artifacts/x/y":   false,
-		"/prompt":          true,
-		"/inspect":         true,
-		"/session/new":     true,
-		"/wake":            true,
-		"":                 true,
-		"/":                true,
+		"/health":           false,
+		"/status":           false,
+		"/ingest":           false,
+		"/pause":            false,
+		"/uploads/a.txt":    false,
+		"/skills":           false,
+		"/skills/install":   false,
+		"/artifacts/x/y":    false,
+		"/prompt":           true,
+		"/inspect":          true,
+		"/session/new":      true,
+		"/wake":             true,
+		"":                  true,
+		"/":                 true,
 		"/health/../prompt": true, // never cleaned here; Caddy sends the cleaned path
-		"/healthz":         true,
-		"/health/x":        true,
+		"/healthz":          true,
+		"/health/x":         true,
 	}
 	for path, want := range tests {
 		if got := Activating(path); got != want {

@@ -30,7 +30,7 @@ type Engine interface {
 	Inspect(ctx context.Context, n provision.Names) (provision.Container, error)
 	EnsureNetwork(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error)
 	EnsureVolumes(ctx context.Context, n provision.Names) error
-	ConnectGateway(ctx context.Context, n provision.Names, networkID string) error
+	ConnectGateway(ctx context.Context, n provision.Names, networkID string, sn netip.Prefix) error
 	Create(ctx context.Context, n provision.Names, sn netip.Prefix, token string) (provision.Container, error)
 	Start(ctx context.Context, id string) error
 	Pause(ctx context.Context, id string) error
@@ -222,7 +222,7 @@ func (m *Manager) ensureRunning(ctx context.Context, b *box) (netip.AddrPort, er
 		}
 		start := time.Now()
 		if row.NetworkID != "" { // Caddy may have been recreated since.
-			if err := m.eng.ConnectGateway(ctx, n, row.NetworkID); err != nil {
+			if err := m.eng.ConnectGateway(ctx, n, row.NetworkID, row.Subnet); err != nil {
 				return netip.AddrPort{}, err
 			}
 		}
@@ -270,7 +270,7 @@ func (m *Manager) provision(ctx context.Context, n provision.Names, row *registr
 	if err := m.eng.EnsureVolumes(ctx, n); err != nil {
 		return provision.Container{}, err
 	}
-	if err := m.eng.ConnectGateway(ctx, n, netID); err != nil {
+	if err := m.eng.ConnectGateway(ctx, n, netID, row.Subnet); err != nil {
 		return provision.Container{}, err
 	}
 	token := registry.NewToken()

@@ -119,7 +119,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			continue
 		}
 		if r.NetworkID != "" && len(inv.Networks[r.UserID]) > 0 {
-			if err := m.eng.ConnectGateway(ctx, n, r.NetworkID); err != nil {
+			if err := m.eng.ConnectGateway(ctx, n, r.NetworkID, r.Subnet); err != nil {
 				m.log.Warn("reconcile: gateway not joined", "user", r.UserID, "err", err)
 			}
 		}

@@ -167,15 +167,28 @@ func (d *Docker) EnsureVolumes(ctx context.Context, n Names) error {
 	return nil
 }
 
+// GatewayIP is Caddy's fixed address on a user network: the subnet's last
+// usable address, so it never takes the agent's.
+func GatewayIP(subnet netip.Prefix) netip.Addr {
+	p := subnet.Masked()
+	b := p.Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 2 // broadcast - 1
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
 // ConnectGateway joins Caddy's container to the user network with the alias
-// "gateway". Joining twice is not an error.
-func (d *Docker) ConnectGateway(ctx context.Context, n Names, networkID string) error {
+// "gateway" at GatewayIP. Joining twice is not an error.
+func (d *Docker) ConnectGateway(ctx context.Context, n Names, networkID string, subnet netip.Prefix) error {
 	if d.cfg.GatewayContainer == "" {
 		return nil
 	}
 	_, err := d.cli.NetworkConnect(ctx, networkID, client.NetworkConnectOptions{
 		Container:      d.cfg.GatewayContainer,
-		EndpointConfig: &network.EndpointSettings{Aliases: []string{GatewayAlias}},
+		EndpointConfig: &network.EndpointSettings{
+			Aliases:    []string{GatewayAlias},
+			IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: GatewayIP(subnet)},
+		},
 	})
 	if err == nil {
 		return nil

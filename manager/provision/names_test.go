@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,15 @@ func TestNamesDoNotCollide(t *testing.T) {
 			}
 			seen[k] = u
 		}
+	}
+}
+
+func TestAddressesInSubnet(t *testing.T) {
+	sn := netip.MustParsePrefix("10.213.0.16/28")
+	if got := SandboxIP(sn).String(); got != "10.213.0.18" {
+		t.Errorf("SandboxIP = %s", got)
+	}
+	if got := GatewayIP(sn).String(); got != "10.213.0.30" {
+		t.Errorf("GatewayIP = %s", got)
 	}
 }

@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# dev.sh: build and run the Affido platform on this machine.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+export GOTOOLCHAIN=local
+
+# Stack settings; verify.sh runs a second stack beside the dev one by
+# overriding these. Every variable is listed in the README.
+export AFFIDO_STACK=${AFFIDO_STACK:-affido}
+export AFFIDO_PORT=${AFFIDO_PORT:-18080}
+export AFFIDO_CONTROL_SUBNET=${AFFIDO_CONTROL_SUBNET:-10.212.0.0/24}
+export AFFIDO_CADDY_IP=${AFFIDO_CADDY_IP:-10.212.0.10}
+export AFFIDO_SANDBOX_POOL=${AFFIDO_SANDBOX_POOL:-10.213.0.0/16}
+export AFFIDO_PROVIDER=${AFFIDO_PROVIDER:-fake}
+
+BUILD=.build
+DEV_USER=dev-user
+DEV_TOKEN=dev-token
+IMAGES=(affido/agent:dev affido/manager:dev affido/caddy:dev affido/postgres:15 affido/debian:bookworm)
+
+usage() {
+  cat <<EOF
+Usage: ./dev.sh COMMAND [options]
+
+Commands:
+  up [--provider fake|openrouter]  build, start the control plane, wait until healthy, seed dev-user
+  build                            build the binaries and images (no start)
+  reload                           rebuild, restart the control plane, recreate sandboxes; keeps all data
+  status                           control plane, sandboxes with their state, volumes
+  logs [SERVICE]                   follow the control plane's logs
+  token USER                       print a new API token for USER (creates the user)
+  down                             stop the control plane; sandbox containers and all data stay
+  reset [-y] [--keep-images]       remove every Affido container, network, volume and image (asks unless -y)
+  help                             this text
+
+Stack: $AFFIDO_STACK on http://127.0.0.1:$AFFIDO_PORT (AFFIDO_STACK, AFFIDO_PORT to change).
+EOF
+}
+
+die() { echo "dev.sh: $*" >&2; exit 1; }
+say() { echo "==> $*" >&2; }
+
+# compose runs docker compose or docker-compose, whichever exists.
+compose() {
+  if docker compose version >/dev/null 2>&1; then
+    docker compose -p "$AFFIDO_STACK" -f compose.yaml "$@"
+  elif command -v docker-compose >/dev/null 2>&1; then
+    docker-compose -p "$AFFIDO_STACK" -f compose.yaml "$@"
+  else
+    die "neither 'docker compose' nor 'docker-compose' is installed (Debian: apt-get install docker-compose)"
+  fi
+}
+
+check_prereqs() {
+  command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH (need Go 1.26)"
+  command -v docker >/dev/null 2>&1 || die "docker is not installed (Debian: apt-get install docker.io)"
+  docker info >/dev/null 2>&1 || die "the Docker engine is not running or not reachable (start dockerd; check DOCKER_HOST and permissions on /var/run/docker.sock)"
+  [[ -x /bin/busybox ]] && file_is_static /bin/busybox || die "a static busybox is needed for the agent image (Debian: apt-get install busybox-static)"
+}
+
+file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
+
+# docker_build TAG DIR builds with the classic builder, quietly unless it fails.
+docker_build() {
+  local out
+  if ! out=$(docker build -q -t "$1" "$2" 2>&1); then
+    echo "$out" >&2
+    die "building image $1 failed"
+  fi
+}
+
+build_binaries() {
+  say "building binaries"
+  mkdir -p "$BUILD/bin"
+  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$BUILD/bin/" ./cmd/affido ./cmd/affido-agent ./cmd/affido-caddy
+}
+
+# build_base_images builds the Debian base and Postgres once; no registry is
+# needed (debootstrap from Debian's mirror, then docker import).
+build_base_images() {
+  if docker image inspect affido/postgres:15 >/dev/null 2>&1; then
+    return
+  fi
+  if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
+    command -v debootstrap >/dev/null 2>&1 || die "debootstrap is needed to build the Debian base image (Debian: apt-get install debootstrap)"
+    say "building affido/debian:bookworm with debootstrap (about 30 s)"
+    images/debian/build.sh affido/debian:bookworm
+  fi
+  say "building affido/postgres:15 from Debian's postgresql package"
+  docker_build affido/postgres:15 images/postgres
+}
+
+build_agent_context() {
+  local ctx=$BUILD/agent
+  rm -rf "$ctx"
+  mkdir -p "$ctx/root/bin" "$ctx/root/etc" "$ctx/root/tmp" "$ctx/owned/data" "$ctx/owned/workspace"
+  cp /bin/busybox "$ctx/root/bin/busybox-minimal"
+  while read -r applet; do
+    [[ -z "$applet" || "$applet" == \#* ]] && continue
+    ln -s busybox-minimal "$ctx/root/bin/$applet"
+  done < images/agent/applets
+  cp "$BUILD/bin/affido-agent" "$ctx/root/bin/affido-agent"
+  printf 'root:x:0:0:root:/:/bin/false\nagent:x:10001:10001:agent:/workspace:/bin/sh\n' > "$ctx/root/etc/passwd"
+  printf 'root:x:0:\nagent:x:10001:\n' > "$ctx/root/etc/group"
+  cp Dockerfile.agent "$ctx/Dockerfile"
+}
+
+build_images() {
+  build_base_images
+  say "building affido/agent:dev, affido/manager:dev, affido/caddy:dev"
+  build_agent_context
+  docker_build affido/agent:dev "$BUILD/agent"
+
+  local m=$BUILD/manager c=$BUILD/caddy
+  rm -rf "$m" "$c"
+  mkdir -p "$m" "$c"
+  cp images/manager/Dockerfile "$BUILD/bin/affido" "$m/"
+  if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+    cp /etc/ssl/certs/ca-certificates.crt "$m/"
+  else
+    : > "$m/ca-certificates.crt"
+  fi
+  docker_build affido/manager:dev "$m"
+  cp images/caddy/Dockerfile caddy/Caddyfile "$BUILD/bin/affido-caddy" "$c/"
+  docker_build affido/caddy:dev "$c"
+}
+
+cmd_build() {
+  check_prereqs
+  build_binaries
+  build_images
+}
+
+manager_id() { compose ps -q sandbox-manager; }
+
+# admin runs `affido admin ...` inside the manager container, where the admin
+# API listens on loopback.
+admin() {
+  local id
+  id=$(manager_id)
+  [[ -n "$id" ]] || die "the control plane is not running (./dev.sh up)"
+  docker exec "$id" /bin/affido admin "$@"
+}
+
+wait_healthy() {
+  say "waiting for the control plane"
+  local id i
+  for i in $(seq 1 120); do
+    id=$(manager_id || true)
+    if [[ -n "$id" ]] && docker exec "$id" /bin/affido manager healthcheck >/dev/null 2>&1 \
+      && curl -fsS -o /dev/null "http://127.0.0.1:$AFFIDO_PORT/app/" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  compose logs --tail 50 >&2 || true
+  die "the control plane did not become healthy within 60 s (logs above)"
+}
+
+# The dev session, exactly the SQL the README shows.
+DEV_SQL="INSERT INTO users (id) VALUES ('$DEV_USER') ON CONFLICT DO NOTHING;
+INSERT INTO session (token, user_id, expires_at) VALUES ('$DEV_TOKEN', '$DEV_USER', now() + interval '30 days')
+  ON CONFLICT (token) DO UPDATE SET expires_at = EXCLUDED.expires_at;"
+
+seed_dev_session() {
+  docker exec -i "$(compose ps -q oltp)" psql -q -U affido -d affido -v ON_ERROR_STOP=1 -c "$DEV_SQL" >/dev/null
+}
+
+port_free_or_ours() {
+  if (exec 3<>"/dev/tcp/127.0.0.1/$AFFIDO_PORT") 2>/dev/null; then
+    if ! docker ps --format '{{.Names}}' | grep -qx "$AFFIDO_STACK-caddy"; then
+      die "port $AFFIDO_PORT is taken by another program (free it, or set AFFIDO_PORT)"
+    fi
+  fi
+}
+
+cmd_up() {
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --provider) AFFIDO_PROVIDER=${2:-}; shift 2 ;;
+      --provider=*) AFFIDO_PROVIDER=${1#*=}; shift ;;
+      *) die "up: unknown option $1 (see ./dev.sh help)" ;;
+    esac
+  done
+  case $AFFIDO_PROVIDER in
+    fake|openrouter) ;;
+    *) die "--provider must be fake or openrouter" ;;
+  esac
+  export AFFIDO_PROVIDER
+  cmd_build
+  port_free_or_ours
+  say "starting the control plane ($AFFIDO_STACK)"
+  compose up -d >/dev/null 2>&1 || compose up -d
+  wait_healthy
+  seed_dev_session
+  cat <<EOF
+
+Affido is up on http://127.0.0.1:$AFFIDO_PORT (provider: $AFFIDO_PROVIDER)
+
+Try it (the first request provisions $DEV_USER's sandbox):
+  curl -H 'Cookie: better-auth.session_token=$DEV_TOKEN' http://127.0.0.1:$AFFIDO_PORT/u/$DEV_USER/health
+  ./dev.sh status
+EOF
+}
+
+cmd_reload() {
+  cmd_build
+  say "restarting the control plane with the new images"
+  compose up -d >/dev/null 2>&1 || compose up -d
+  wait_healthy
+  seed_dev_session
+  # Recreate every sandbox container on the new agent image; volumes stay.
+  local u
+  for u in $(docker ps -a --filter "label=affido.stack=$AFFIDO_STACK" --filter label=affido.managed=true \
+    --format '{{.Label "affido.user"}}' | sort -u); do
+    admin evict "$u" >/dev/null
+    echo "recreated on next request: $u"
+  done
+}
+
+cmd_status() {
+  echo "Control plane ($AFFIDO_STACK):"
+  compose ps 2>/dev/null || true
+  echo
+  echo "Sandboxes:"
+  admin sandboxes 2>/dev/null || docker ps -a --filter "label=affido.stack=$AFFIDO_STACK" --filter label=affido.managed=true \
+    --format 'table {{.Label "affido.user"}}\t{{.Status}}'
+  echo
+  echo "Volumes:"
+  docker volume ls --filter "label=affido.stack=$AFFIDO_STACK" --format '{{.Name}}'
+}
+
+cmd_logs() { compose logs -f --tail 100 "$@"; }
+
+cmd_token() {
+  [[ $# -eq 1 ]] || die "usage: ./dev.sh token USER"
+  admin token "$1"
+}
+
+cmd_down() {
+  compose stop
+  echo "stopped; sandbox containers, volumes and the registry are kept (./dev.sh up to start again)"
+}
+
+cmd_reset() {
+  local yes=no keep_images=no
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      -y) yes=yes ;;
+      --keep-images) keep_images=yes ;;
+      *) die "reset: unknown option $1" ;;
+    esac
+    shift
+  done
+  if [[ "$yes" != yes ]]; then
+    read -r -p "Remove every $AFFIDO_STACK container, network, volume and image? [y/N] " answer
+    [[ "$answer" == y || "$answer" == Y ]] || { echo "nothing removed"; exit 0; }
+  fi
+  compose down -v --remove-orphans >/dev/null 2>&1 || true
+  local f="label=affido.stack=$AFFIDO_STACK"
+  docker ps -aq --filter "$f" | xargs -r docker rm -f >/dev/null
+  docker network ls -q --filter "$f" | xargs -r docker network rm >/dev/null
+  docker volume ls -q --filter "$f" | xargs -r docker volume rm -f >/dev/null
+  if [[ "$keep_images" == yes ]]; then
+    echo "reset: no $AFFIDO_STACK containers, networks or volumes left (images kept)"
+    return
+  fi
+  docker image rm -f "${IMAGES[@]}" >/dev/null 2>&1 || true
+  rm -rf "$BUILD"
+  echo "reset: no $AFFIDO_STACK containers, networks, volumes or images left"
+}
+
+main() {
+  local cmd=${1:-help}
+  shift || true
+  case $cmd in
+    up) cmd_up "$@" ;;
+    build) cmd_build ;;
+    reload) cmd_reload ;;
+    status) cmd_status ;;
+    logs) cmd_logs "$@" ;;
+    token) cmd_token "$@" ;;
+    down) cmd_down ;;
+    reset) cmd_reset "$@" ;;
+    help|-h|--help) usage ;;
+    *) usage >&2; exit 2 ;;
+  esac
+}
+
+main "$@"
