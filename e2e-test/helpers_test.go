@@ -1,0 +1,177 @@
+//go:build e2e
+
+// Package e2e drives a real Affido stack (Caddy, manager, Postgres, Docker)
+// started by e2e-test/run.sh, through Caddy's published port, the way a
+// user and an attacker would.
+package e2e
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	baseURL = env("AFFIDO_E2E_URL", "http://127.0.0.1:18091")
+	stack   = env("AFFIDO_STACK", "affidotest")
+)
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func managerName() string { return stack + "-manager" }
+func oltpName() string    { return stack + "-oltp" }
+func caddyName() string   { return stack + "-caddy" }
+
+// newUser returns a fresh user id and an API token for it.
+func newUser(t *testing.T, prefix string) (string, string) {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	user := prefix + "-" + hex.EncodeToString(b)
+	return user, token(t, user)
+}
+
+func token(t *testing.T, user string) string {
+	t.Helper()
+	return strings.TrimSpace(docker(t, "exec", managerName(), "/bin/affido", "admin", "token", user))
+}
+
+// docker runs the docker CLI and fails the test on error.
+func docker(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := dockerTry(args...)
+	if err != nil {
+		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func dockerTry(args ...string) (string, error) {
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	return string(out), err
+}
+
+type response struct {
+	Code   int
+	Header http.Header
+	Body   string
+}
+
+var client = &http.Client{Timeout: 60 * time.Second}
+
+func request(t *testing.T, method, path string, hdr map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, baseURL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, resp.Header, string(b)}
+}
+
+func bearer(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
+
+// get requests /u/<user><path> with user's token and expects 200.
+func mustGet(t *testing.T, user, tok, path string) response {
+	t.Helper()
+	r := request(t, "GET", "/u/"+user+path, bearer(tok))
+	if r.Code != 200 {
+		t.Fatalf("GET /u/%s%s: %d %s", user, path, r.Code, r.Body)
+	}
+	return r
+}
+
+// inspect returns docker inspect of one object as a generic map.
+func inspect(t *testing.T, kind, name string) map[string]any {
+	t.Helper()
+	var out []map[string]any
+	if err := json.Unmarshal([]byte(docker(t, kind, "inspect", name)), &out); err != nil || len(out) != 1 {
+		t.Fatalf("inspect %s %s: %v", kind, name, err)
+	}
+	return out[0]
+}
+
+func containerStatus(user string) string {
+	out, err := dockerTry("inspect", "-f", "{{.State.Status}}", stack+"-"+user+"-agent")
+	if err != nil {
+		return "missing"
+	}
+	return strings.TrimSpace(out)
+}
+
+func containerID(t *testing.T, user string) string {
+	return strings.TrimSpace(docker(t, "inspect", "-f", "{{.Id}}", stack+"-"+user+"-agent"))
+}
+
+// waitStatus polls the container's Docker status until it is want.
+func waitStatus(t *testing.T, user, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if containerStatus(user) == want {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("container of %s: status %q after %v, want %q", user, containerStatus(user), within, want)
+}
+
+// objects counts the labelled containers, networks and volumes of user.
+func objects(t *testing.T, user string) (containers, networks, volumes int) {
+	t.Helper()
+	f := "label=affido.user=" + user
+	count := func(args ...string) int {
+		out := strings.TrimSpace(docker(t, append(args, "--filter", f, "--filter", "label=affido.stack="+stack)...))
+		if out == "" {
+			return 0
+		}
+		return len(strings.Split(out, "\n"))
+	}
+	return count("ps", "-aq"), count("network", "ls", "-q"), count("volume", "ls", "-q")
+}
+
+func statusUser(t *testing.T, r response) string {
+	t.Helper()
+	var s struct{ User string }
+	if err := json.Unmarshal([]byte(r.Body), &s); err != nil {
+		t.Fatalf("decode /status %q: %v", r.Body, err)
+	}
+	return s.User
+}
+
+func waitManagerHealthy(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := dockerTry("exec", managerName(), "/bin/affido", "manager", "healthcheck"); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatal("manager did not become healthy")
+}
+
+func ipOn(t *testing.T, container, network string) string {
+	return strings.TrimSpace(docker(t, "inspect", "-f", fmt.Sprintf(`{{(index .NetworkSettings.Networks %q).IPAddress}}`, network), container))
+}

@@ -1,0 +1,46 @@
+// Command probe plays an attacker inside a sandbox network. The e2e suite
+// runs it on a user network, or inside a sandbox's network namespace.
+//
+//	probe ADDR...           try a TCP connection to each; print "ADDR open" or "ADDR closed <why>"
+//	probe -get URL [TOKEN]  GET URL (with a bearer token); print the status code and body
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 2 && os.Args[1] == "-get" {
+		req, err := http.NewRequest("GET", os.Args[2], nil)
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		if len(os.Args) > 3 {
+			req.Header.Set("Authorization", "Bearer "+os.Args[3])
+		}
+		req.Header.Set("X-Affido-Source-Ip", "10.0.0.1") // a forged source address; Caddy must overwrite it
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Printf("%d %s", resp.StatusCode, b)
+		return
+	}
+	for _, addr := range os.Args[1:] {
+		c, err := net.DialTimeout("tcp", addr, 1500*time.Millisecond)
+		if err != nil {
+			fmt.Printf("%s closed %v\n", addr, err)
+			continue
+		}
+		c.Close()
+		fmt.Printf("%s open\n", addr)
+	}
+}

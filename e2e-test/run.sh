@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# e2e-test/run.sh: start a throwaway Affido stack beside any dev stack (own
+# compose project, port, subnets and short idle tiers), run every e2e suite
+# against it through Caddy, remove it again (also on failure), and end with
+# a line "N passed, N failed".
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export GOTOOLCHAIN=local
+
+export AFFIDO_STACK=${AFFIDO_E2E_STACK:-affidotest}
+export AFFIDO_PORT=${AFFIDO_E2E_PORT:-18091}
+export AFFIDO_CONTROL_SUBNET=10.212.1.0/24
+export AFFIDO_CADDY_IP=10.212.1.10
+export AFFIDO_SANDBOX_POOL=10.214.0.0/16
+export AFFIDO_IDLE_PAUSE=3s AFFIDO_IDLE_STOP=8s AFFIDO_IDLE_REMOVE=13s AFFIDO_TICK=250ms
+export AFFIDO_MAX_RUNNING=0
+export AFFIDO_E2E_URL=http://127.0.0.1:$AFFIDO_PORT
+
+LOG=.build/e2e
+usage() {
+  cat <<USAGE
+Usage: e2e-test/run.sh [--keep] [GO_TEST_RUN_REGEXP]
+
+Starts the $AFFIDO_STACK stack on port $AFFIDO_PORT, runs the e2e suites, and
+removes the stack (containers, networks, volumes; images are kept).
+  --keep   leave the stack running afterwards, for debugging
+USAGE
+}
+
+keep=no
+run_filter=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --keep) keep=yes ;;
+    -h|--help) usage; exit 0 ;;
+    *) run_filter=$1 ;;
+  esac
+  shift
+done
+
+cleanup() {
+  if [[ $keep == yes ]]; then
+    echo "e2e: stack $AFFIDO_STACK left running (./dev.sh reset -y --keep-images with AFFIDO_STACK=$AFFIDO_STACK to remove)" >&2
+    return
+  fi
+  docker logs "$AFFIDO_STACK-manager" >"$LOG/manager.log" 2>&1 || true
+  ./dev.sh reset -y --keep-images >/dev/null 2>&1 || echo "e2e: cleanup of $AFFIDO_STACK failed" >&2
+}
+
+build_probe() {
+  mkdir -p .build/probe
+  CGO_ENABLED=0 go build -trimpath -o .build/probe/probe ./e2e-test/probe
+  printf 'FROM scratch\nCOPY probe /probe\nENTRYPOINT ["/probe"]\n' > .build/probe/Dockerfile
+  docker build -q -t affido/probe:test .build/probe >/dev/null 2>&1
+}
+
+main() {
+  mkdir -p "$LOG"
+  # A previous run that was killed may have left its stack behind.
+  ./dev.sh reset -y --keep-images >/dev/null 2>&1 || true
+  trap cleanup EXIT
+  ./dev.sh up >"$LOG/up.log" 2>&1 || { cat "$LOG/up.log" >&2; echo "0 passed, 1 failed"; exit 1; }
+  build_probe
+
+  local rc=0
+  go test -tags e2e -count=1 -v -timeout 20m ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
+  local passed failed
+  passed=$(grep -cE '^\s*--- PASS' "$LOG/go-test.log" || true)
+  failed=$(grep -cE '^\s*--- FAIL' "$LOG/go-test.log" || true)
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then
+    failed=1 # the test binary itself failed (build error, panic, timeout)
+  fi
+  echo "e2e: $passed passed, $failed failed"
+  [[ $failed -eq 0 ]]
+}
+
+main
