@@ -1,0 +1,51 @@
+// Package durable is Affido's durable agent runtime, our Go counterpart of
+// Pi Durable: conversations are append-only entries, work runs as tasks that
+// commit a checkpoint after every step, and waiting is a stored state. A
+// SIGKILL at any point loses nothing that was committed; on reopen, running
+// tasks go back to pending with their last checkpoint and continue.
+//
+// The package has three layers: DB, a small SQL facade with one
+// implementation per backend (durable/sqlite); Store, the records on top of
+// it; and Harness, which runs tasks.
+package durable
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrClosed is returned by every operation on a closed DB, Store or Harness.
+var ErrClosed = errors.New("closed")
+
+// ErrNoRows is returned by Get when the query matched nothing.
+var ErrNoRows = errors.New("no rows")
+
+// Row is one result row, by column name. Integers come back as int64, text
+// as string, blobs as []byte, NULL as nil.
+type Row map[string]any
+
+// Executor runs SQL. Run, Get and All take one statement with positional ?
+// parameters; Exec takes no parameters and may hold several statements.
+type Executor interface {
+	Exec(ctx context.Context, sql string) error
+	Run(ctx context.Context, sql string, args ...any) error
+	Get(ctx context.Context, sql string, args ...any) (Row, error)
+	All(ctx context.Context, sql string, args ...any) ([]Row, error)
+}
+
+// DB is the storage facade the runtime is written against.
+//
+// Contract, checked by the conformance suite in durable/storetest:
+//   - One writer. Calls are serialized; a Transaction holds the database
+//     until fn returns, and all of its work goes through the tx it is given
+//     (calling the DB itself from inside fn deadlocks).
+//   - Transaction commits when fn returns nil and rolls back when it returns
+//     an error or panics, so a failed transaction leaves nothing behind; the
+//     error fn returned is returned unchanged.
+//   - Committed transactions survive a process crash.
+//   - After Close, every call fails with an error wrapping ErrClosed.
+type DB interface {
+	Executor
+	Transaction(ctx context.Context, fn func(tx Executor) error) error
+	Close() error
+}
