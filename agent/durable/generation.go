@@ -1,0 +1,337 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+const (
+	phasePlace   = "place"
+	phaseRequest = "request"
+	phaseTools   = "tools"
+)
+
+// maxRejections bounds how often the gate may reject replies in one run.
+const maxRejections = 3
+
+// genCheckpoint is the generation task's checkpoint.
+type genCheckpoint struct {
+	Phase      string     `json:"phase"`
+	Attempt    int        `json:"attempt,omitempty"` // model retries so far
+	Turn       int        `json:"turn,omitempty"`    // model calls so far
+	Calls      []ToolCall `json:"calls,omitempty"`
+	Next       int        `json:"next,omitempty"`      // index of the next call
+	Executing  bool       `json:"executing,omitempty"` // intent of Calls[Next] is committed
+	Rejections []string   `json:"rejections,omitempty"`
+}
+
+// GateInput is a model reply for the Gate to check.
+type GateInput struct {
+	ConversationID int64
+	RunID          int64
+	Options        map[string]string // the submission's options
+	Settings       map[string]string // the conversation's settings
+	Reply          ModelResponse
+	// EntryID is the ID the assistant entry will get if the reply passes.
+	EntryID int64
+	Mint    func() (int64, error)
+}
+
+// generation is the built-in task that answers one submission: it places
+// the owner message, calls the model, runs the tools it asks for, and loops
+// until the model answers without tools.
+type generation struct{}
+
+func (generation) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, error) {
+	h := sc.h
+	var cp genCheckpoint
+	if err := json.Unmarshal(t.Checkpoint, &cp); err != nil {
+		return StepResult{}, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	sub, err := h.store.Submission(ctx, t.SubmissionID)
+	if err != nil {
+		return StepResult{}, fmt.Errorf("submission %d: %w", t.SubmissionID, err)
+	}
+	switch cp.Phase {
+	case phasePlace:
+		id, err := h.store.MintID()
+		if err != nil {
+			return StepResult{}, err
+		}
+		entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: OwnerMessage, Text: sub.Input.Text, At: sub.CreatedAt, RunID: t.ID}
+		sub.Status = Placed
+		t.Checkpoint = mustRaw(genCheckpoint{Phase: phaseRequest})
+		return StepResult{Task: t, Entries: []Entry{entry}, Submissions: []Submission{sub}}, nil
+	case phaseRequest:
+		return h.request(ctx, t, cp, sub)
+	case phaseTools:
+		return h.runCall(ctx, sc, t, cp)
+	}
+	return StepResult{}, fmt.Errorf("unknown phase %q", cp.Phase)
+}
+
+// fail ends the run: an error entry, the task failed, the submission unanswered.
+func (h *Harness) fail(t Task, sub Submission, reason, detail string) (StepResult, error) {
+	id, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: ErrorEntry, Text: detail, At: h.Now(), RunID: t.ID, IsError: true,
+		Data: mustRaw(map[string]string{"reason": reason})}
+	sub.Status, sub.Reason = Unanswered, reason
+	return StepResult{Task: t.end(h.Now(), Failed, reason+": "+detail), Entries: []Entry{entry}, Submissions: []Submission{sub}}, nil
+}
+
+func (h *Harness) modelFor(ctx context.Context, conv int64, sub Submission) (string, map[string]string, error) {
+	c, err := h.store.Conversation(ctx, conv)
+	if err != nil {
+		return "", nil, err
+	}
+	switch {
+	case sub.Input.Model != "":
+		return sub.Input.Model, c.Settings, nil
+	case c.Settings["model"] != "":
+		return c.Settings["model"], c.Settings, nil
+	}
+	return h.opts.DefaultModel, c.Settings, nil
+}
+
+func (h *Harness) toolSpecs() []ToolSpec {
+	specs := make([]ToolSpec, 0, len(h.opts.Tools))
+	for _, t := range h.opts.Tools {
+		specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+	}
+	return specs
+}
+
+func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Submission) (StepResult, error) {
+	if cp.Turn >= h.opts.MaxTurns {
+		return h.fail(t, sub, "too_many_turns", fmt.Sprintf("the run stopped after %d model calls", cp.Turn))
+	}
+	model, settings, err := h.modelFor(ctx, t.ConversationID, sub)
+	if err != nil {
+		return StepResult{}, err
+	}
+	c, err := h.BuildContext(ctx, t.ConversationID)
+	if err != nil {
+		return StepResult{}, err
+	}
+	for _, r := range cp.Rejections {
+		c.Messages = append(c.Messages, Message{Role: "user", Content: "[harness] Your previous reply was rejected and not stored: " + r + " Answer again."})
+	}
+	if h.opts.Compaction.HardCap > 0 && c.Tokens > h.opts.Compaction.HardCap {
+		return h.fail(t, sub, "context_too_large", fmt.Sprintf("the context is about %d tokens, over the cap of %d; reset the conversation or wait for its summary", c.Tokens, h.opts.Compaction.HardCap))
+	}
+	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return StepResult{}, ctx.Err()
+		}
+		if IsTransient(err) && cp.Attempt < h.opts.Retry.Max {
+			cp.Attempt++
+			due := h.Now().Add(h.opts.Retry.Delay(cp.Attempt))
+			t.State, t.Deadline, t.Checkpoint = Sleeping, &due, mustRaw(cp)
+			return StepResult{Task: t}, nil
+		}
+		return h.fail(t, sub, "model_error", err.Error())
+	}
+	if resp.Model == "" {
+		resp.Model = model
+	}
+	entryID, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	var extra []Entry
+	if h.opts.Gate != nil && len(resp.ToolCalls) == 0 {
+		reason, more, err := h.opts.Gate(ctx, GateInput{ConversationID: t.ConversationID, RunID: t.ID, Options: sub.Input.Options,
+			Settings: settings, Reply: resp, EntryID: entryID, Mint: h.store.MintID})
+		if err != nil {
+			return StepResult{}, err
+		}
+		if reason != "" {
+			cp.Rejections = append(cp.Rejections, reason)
+			cp.Turn++
+			if len(cp.Rejections) > maxRejections {
+				sub.Status, sub.Reason = Unanswered, "attribution_failed"
+				return StepResult{Task: t.end(h.Now(), Failed, "attribution_failed: "+strings.Join(cp.Rejections, "; ")),
+					Submissions: []Submission{sub}, Usage: modelUsage(t.ConversationID, resp)}, nil
+			}
+			t.Checkpoint = mustRaw(cp)
+			return StepResult{Task: t, Usage: modelUsage(t.ConversationID, resp)}, nil
+		}
+		extra = more
+	}
+	entry := Entry{ID: entryID, ConversationID: t.ConversationID, Kind: AssistantMessage, Text: resp.Text, At: h.Now(),
+		RunID: t.ID, Model: resp.Model, ToolCalls: resp.ToolCalls}
+	res := StepResult{Entries: append([]Entry{entry}, extra...), Usage: modelUsage(t.ConversationID, resp)}
+	cp.Turn++
+	cp.Attempt, cp.Rejections = 0, nil
+	if len(resp.ToolCalls) > 0 {
+		cp.Phase, cp.Calls, cp.Next, cp.Executing = phaseTools, resp.ToolCalls, 0, false
+		t.Checkpoint, t.Deadline = mustRaw(cp), nil
+		t.State = Running
+		res.Task = t
+		return res, nil
+	}
+	sub.Status, sub.AnswerEntryID = Done, entryID
+	res.Task = t.end(h.Now(), Completed, "")
+	res.Submissions = []Submission{sub}
+	if th := h.opts.Compaction.Threshold; th > 0 && c.Tokens+(len(resp.Text)+3)/4 > th {
+		if st, err := h.summaryTask(ctx, t.ConversationID); err == nil && st != nil {
+			res.NewTasks = append(res.NewTasks, *st)
+		}
+	}
+	return res, nil
+}
+
+func modelUsage(conv int64, resp ModelResponse) []UsageDelta {
+	return []UsageDelta{{ConversationID: conv, Kind: "model", Name: resp.Model, InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens, Calls: 1}}
+}
+
+// runCall runs Calls[Next]: commit the intent, execute, commit the result.
+// Reached with Executing already set only after a crash: a safe tool runs
+// again, any other is reported to the model as interrupted.
+func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCheckpoint) (StepResult, error) {
+	if cp.Next >= len(cp.Calls) {
+		return StepResult{}, errors.New("tool phase without a pending call")
+	}
+	call := cp.Calls[cp.Next]
+	tool, known := h.tools[call.Name]
+	replay := cp.Executing
+	if !cp.Executing {
+		id, err := h.store.MintID()
+		if err != nil {
+			return StepResult{}, err
+		}
+		intent := Entry{ID: id, ConversationID: t.ConversationID, Kind: ToolCallEntry, At: h.Now(), RunID: t.ID,
+			ToolCallID: call.ID, ToolName: call.Name, Arguments: call.Arguments}
+		cp.Executing = true
+		t.Checkpoint = mustRaw(cp)
+		if err := sc.Commit(ctx, t, intent); err != nil {
+			return StepResult{}, err
+		}
+	}
+	var res ToolResult
+	switch {
+	case !known:
+		res = ToolResult{Output: fmt.Sprintf("unknown tool %q", call.Name), IsError: true}
+	case replay && !tool.Safe:
+		res = ToolResult{Output: InterruptedOutput(call.Name), IsError: true}
+	default:
+		res = runTool(ctx, tool, ToolCallContext{ConversationID: t.ConversationID, RunID: t.ID, CallID: call.ID, Now: h.Now(), Store: h.store, Replay: replay}, call.Arguments)
+		if ctx.Err() != nil {
+			return StepResult{}, ctx.Err() // closing: the intent stays; reopen decides by the replay policy
+		}
+	}
+	id, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	out := res.Output
+	if h.opts.Redact != nil {
+		out = h.opts.Redact(out)
+	}
+	result := Entry{ID: id, ConversationID: t.ConversationID, Kind: ToolResultEntry, Text: out, At: h.Now(), RunID: t.ID,
+		ToolCallID: call.ID, ToolName: call.Name, IsError: res.IsError, Data: res.Data}
+	var newTasks []Task
+	for _, nt := range res.Tasks {
+		if nt.ID, err = h.store.MintID(); err != nil {
+			return StepResult{}, err
+		}
+		if nt.ConversationID == 0 {
+			nt.ConversationID = t.ConversationID
+		}
+		if nt.Version == 0 {
+			nt.Version = 1
+		}
+		nt.CreatedAt = h.Now()
+		newTasks = append(newTasks, nt)
+	}
+	cp.Executing = false
+	cp.Next++
+	if cp.Next == len(cp.Calls) {
+		cp = genCheckpoint{Phase: phaseRequest, Turn: cp.Turn}
+	}
+	t.Checkpoint = mustRaw(cp)
+	return StepResult{Task: t, Entries: []Entry{result}, NewTasks: newTasks,
+		Usage: []UsageDelta{{ConversationID: t.ConversationID, Kind: "tool", Name: call.Name, Calls: 1}}}, nil
+}
+
+// summaryTask returns a new background summary task for conv, or nil when
+// one is already live.
+func (h *Harness) summaryTask(ctx context.Context, conv int64) (*Task, error) {
+	live, err := h.store.LiveTasks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range live {
+		if t.Kind == KindSummary && t.ConversationID == conv {
+			return nil, nil
+		}
+	}
+	id, err := h.store.MintID()
+	if err != nil {
+		return nil, err
+	}
+	return &Task{ID: id, ConversationID: conv, Kind: KindSummary, Version: 1, State: Pending, Background: true,
+		Checkpoint: mustRaw(summaryCheckpoint{}), CreatedAt: h.Now()}, nil
+}
+
+type summaryCheckpoint struct {
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// summary is the background compaction task: it summarizes everything but
+// the most recent entries into a summary entry whose Head is the first
+// entry kept verbatim.
+type summary struct{}
+
+func (summary) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, error) {
+	h := sc.h
+	var cp summaryCheckpoint
+	_ = json.Unmarshal(t.Checkpoint, &cp)
+	c, err := h.BuildContext(ctx, t.ConversationID)
+	if err != nil {
+		return StepResult{}, err
+	}
+	// Cut at an owner message so no tool call is split from its result.
+	cut := len(c.Entries) - h.opts.Compaction.KeepRecent
+	for cut > 0 && cut < len(c.Entries) && c.Entries[cut].Kind != OwnerMessage {
+		cut++
+	}
+	if cut <= 0 || cut >= len(c.Entries) {
+		return StepResult{Task: t.end(h.Now(), Completed, "nothing to summarize")}, nil
+	}
+	msgs := []Message{{Role: "system", Content: "You write concise summaries of conversations for your own later use."}}
+	if head, err := h.store.LatestHead(ctx, t.ConversationID); err == nil && head.Kind == SummaryEntry {
+		msgs = append(msgs, Message{Role: "user", Content: "[summary of the earlier conversation]\n" + head.Text})
+	}
+	msgs = append(msgs, Messages(c.Entries[:cut])...)
+	msgs = append(msgs, Message{Role: "user", Content: "[harness] Summarize the conversation so far: facts, decisions, open tasks, file names. Plain text."})
+	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: h.opts.DefaultModel, Messages: msgs}, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return StepResult{}, ctx.Err()
+		}
+		if IsTransient(err) && cp.Attempt < h.opts.Retry.Max {
+			cp.Attempt++
+			due := h.Now().Add(h.opts.Retry.Delay(cp.Attempt))
+			t.State, t.Deadline, t.Checkpoint = Sleeping, &due, mustRaw(cp)
+			return StepResult{Task: t}, nil
+		}
+		return StepResult{Task: t.end(h.Now(), Failed, err.Error())}, nil
+	}
+	if resp.Model == "" {
+		resp.Model = h.opts.DefaultModel
+	}
+	id, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: SummaryEntry, Text: resp.Text, At: h.Now(), RunID: t.ID, Head: c.Entries[cut].ID}
+	return StepResult{Task: t.end(h.Now(), Completed, ""), Entries: []Entry{entry}, Usage: modelUsage(t.ConversationID, resp)}, nil
+}

@@ -1,0 +1,642 @@
+package durable
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+)
+
+// TaskKind runs the steps of one kind of task. Step loads nothing itself:
+// it gets the task as last committed and returns the next state together
+// with everything the step wrote; the harness commits both atomically. A
+// step may commit an intermediate state through sc.Commit (a tool's intent).
+type TaskKind interface {
+	Step(ctx context.Context, sc *StepContext, t Task) (StepResult, error)
+}
+
+// StepResult is one step's commit: the task's new state and what it wrote.
+type StepResult struct {
+	Task        Task
+	Entries     []Entry
+	Submissions []Submission
+	Usage       []UsageDelta
+	NewTasks    []Task
+}
+
+// StepContext gives a step the harness's services.
+type StepContext struct {
+	h    *Harness
+	task *Task
+}
+
+// Harness returns the harness running the step.
+func (sc *StepContext) Harness() *Harness { return sc.h }
+
+// Commit commits an intermediate state of the task with entries, before the
+// step goes on (for example a tool's intent before the tool runs).
+func (sc *StepContext) Commit(ctx context.Context, t Task, entries ...Entry) error {
+	t.State = Running
+	if err := sc.h.store.Commit(ctx, Writes{Tasks: []Task{t}, Entries: entries}); err != nil {
+		return err
+	}
+	*sc.task = t
+	return nil
+}
+
+// RetryPolicy is the backoff for transient model errors.
+type RetryPolicy struct {
+	Max  int           // retries after the first attempt (default 3)
+	Base time.Duration // first delay (default 2 s), doubled each retry
+	Cap  time.Duration // longest delay (default 60 s)
+}
+
+// Delay is the wait before retry attempt (1-based).
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	d := p.Base << (attempt - 1)
+	if d > p.Cap || d <= 0 {
+		d = p.Cap
+	}
+	return d
+}
+
+// CompactionPolicy sets when a conversation is summarized. Sizes are
+// estimated tokens (4 bytes each).
+type CompactionPolicy struct {
+	Threshold  int // above this after a run, a background summary task starts (0: never)
+	HardCap    int // above this, no request is sent; the run fails (0: no cap)
+	KeepRecent int // entries kept verbatim after a summary (default 20)
+}
+
+// Options configure a Harness.
+type Options struct {
+	Model        Model
+	DefaultModel string
+	System       string // system prompt; the time is never put here (provider caches stay valid)
+	Tools        []Tool
+	Kinds        map[string]TaskKind // extra task kinds, by name
+	Retry        RetryPolicy
+	Compaction   CompactionPolicy
+	MaxTurns     int // model calls per run (default 16)
+	Redact       func(string) string
+	// OnScheduled is told every new earliest due time (zero: nothing due).
+	OnScheduled func(at time.Time)
+	// Gate, if set, checks every model reply before it is stored; a
+	// non-empty reason rejects it (nothing is written) and the model is told why.
+	Gate func(ctx context.Context, g GateInput) (reason string, extra []Entry, err error)
+	Now  func() time.Time
+	Log  *slog.Logger
+}
+
+// Harness runs tasks over a Store. It is the only writer of its store.
+type Harness struct {
+	store *Store
+	opts  Options
+	tools map[string]Tool
+	kinds map[string]TaskKind
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	resumed  bool
+	closed   bool
+	busy     map[int64]bool // task IDs with an invocation in flight
+	kick     chan struct{}
+	lastDue  time.Time
+	timer    *time.Timer
+	watchers []chan struct{}
+}
+
+// Kind names of the built-in tasks.
+const (
+	KindGeneration = "generation"
+	KindSummary    = "summary"
+)
+
+// Open opens a harness on store. Tasks a crash left running go back to
+// pending with their last checkpoint; nothing runs until Resume.
+func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Retry.Max == 0 {
+		opts.Retry.Max = 3
+	}
+	if opts.Retry.Base == 0 {
+		opts.Retry.Base = 2 * time.Second
+	}
+	if opts.Retry.Cap == 0 {
+		opts.Retry.Cap = 60 * time.Second
+	}
+	if opts.MaxTurns == 0 {
+		opts.MaxTurns = 16
+	}
+	if opts.Compaction.KeepRecent == 0 {
+		opts.Compaction.KeepRecent = 20
+	}
+	h := &Harness{store: store, opts: opts, tools: map[string]Tool{}, kinds: map[string]TaskKind{},
+		busy: map[int64]bool{}, kick: make(chan struct{}, 1)}
+	for _, t := range opts.Tools {
+		h.tools[t.Name] = t
+	}
+	h.kinds[KindGeneration] = generation{}
+	h.kinds[KindSummary] = summary{}
+	for name, k := range opts.Kinds {
+		h.kinds[name] = k
+	}
+	live, err := store.LiveTasks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open harness: %w", err)
+	}
+	var back []Task
+	for _, t := range live {
+		if t.State == Running {
+			t.State = Pending
+			back = append(back, t)
+		}
+	}
+	if len(back) > 0 {
+		if err := store.Commit(ctx, Writes{Tasks: back}); err != nil {
+			return nil, fmt.Errorf("open harness: requeue running tasks: %w", err)
+		}
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h, nil
+}
+
+// Store returns the harness's store.
+func (h *Harness) Store() *Store { return h.store }
+
+// Now is the harness clock.
+func (h *Harness) Now() time.Time { return h.opts.Now().UTC() }
+
+// Resume starts running ready tasks. It is idempotent.
+func (h *Harness) Resume() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("harness: %w", ErrClosed)
+	}
+	if h.resumed {
+		return nil
+	}
+	h.resumed = true
+	h.wg.Add(1)
+	go h.loop()
+	h.poke()
+	return nil
+}
+
+func (h *Harness) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the scheduler, cancels steps in flight without committing
+// them and closes the store. It writes no outcome, so work resumes on reopen.
+func (h *Harness) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	h.cancel()
+	h.wg.Wait()
+	return h.store.Close()
+}
+
+// Closed reports whether Close was called.
+func (h *Harness) Closed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+func (h *Harness) loop() {
+	defer h.wg.Done()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.kick:
+		}
+		if err := h.dispatch(); err != nil && h.ctx.Err() == nil {
+			h.opts.Log.Error("durable: dispatch", "err", err)
+		}
+	}
+}
+
+// ready reports whether t may run now.
+func (h *Harness) ready(t Task, now time.Time) bool {
+	switch t.State {
+	case Pending, Running:
+		return true
+	case Sleeping:
+		return t.Deadline == nil || !t.Deadline.After(now)
+	}
+	return false
+}
+
+// dispatch starts every ready task that may run: generation tasks run one
+// at a time per conversation, oldest first; other kinds run independently.
+func (h *Harness) dispatch() error {
+	live, err := h.store.LiveTasks(h.ctx)
+	if err != nil {
+		return err
+	}
+	now := h.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	convHead := map[int64]int64{} // conversation -> its oldest live generation task
+	convBusy := map[int64]bool{}  // conversations with a generation invocation in flight
+	for _, t := range live {
+		if t.Kind == KindGeneration {
+			if _, ok := convHead[t.ConversationID]; !ok {
+				convHead[t.ConversationID] = t.ID
+			}
+			if h.busy[t.ID] {
+				convBusy[t.ConversationID] = true
+			}
+		}
+	}
+	for _, t := range live {
+		if h.busy[t.ID] || !h.ready(t, now) {
+			continue
+		}
+		if t.Kind == KindGeneration && (convHead[t.ConversationID] != t.ID || convBusy[t.ConversationID]) {
+			continue
+		}
+		if t.Kind == KindGeneration {
+			convBusy[t.ConversationID] = true
+		}
+		h.busy[t.ID] = true
+		h.wg.Add(1)
+		go h.invoke(t)
+	}
+	h.schedule(live, now)
+	return nil
+}
+
+// schedule arms the timer for the earliest deadline and tells the host.
+// Caller holds h.mu.
+func (h *Harness) schedule(live []Task, now time.Time) {
+	due := h.nextDue(live, now)
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	if !due.IsZero() && due.After(now) {
+		h.timer = time.AfterFunc(due.Sub(now), h.poke)
+	}
+	if !due.Equal(h.lastDue) {
+		h.lastDue = due
+		if h.opts.OnScheduled != nil {
+			go h.opts.OnScheduled(due)
+		}
+	}
+}
+
+func (h *Harness) nextDue(live []Task, now time.Time) time.Time {
+	var due time.Time
+	for _, t := range live {
+		switch {
+		case t.State == Pending || t.State == Running || h.busy[t.ID]:
+			return now
+		case t.State == Sleeping && t.Deadline != nil:
+			if due.IsZero() || t.Deadline.Before(due) {
+				due = *t.Deadline
+			}
+		}
+	}
+	if !due.IsZero() && !due.After(now) {
+		return now
+	}
+	return due
+}
+
+// NextDueAt is now when anything is ready or running, else the earliest
+// stored deadline; zero when nothing waits on time.
+func (h *Harness) NextDueAt(ctx context.Context) (time.Time, error) {
+	live, err := h.store.LiveTasks(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.nextDue(live, h.Now()), nil
+}
+
+// Busy reports whether any task invocation is in flight.
+func (h *Harness) Busy() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.busy) > 0
+}
+
+// invoke runs t's steps until it sleeps, waits or ends.
+func (h *Harness) invoke(t Task) {
+	defer h.wg.Done()
+	defer func() {
+		h.mu.Lock()
+		delete(h.busy, t.ID)
+		h.mu.Unlock()
+		h.notify()
+		h.poke()
+	}()
+	// Reload: the scheduler's snapshot may predate this task's last commit.
+	t, err := h.store.Task(h.ctx, t.ID)
+	if err != nil || !h.ready(t, h.Now()) {
+		return
+	}
+	kind, ok := h.kinds[t.Kind]
+	if !ok {
+		h.opts.Log.Error("durable: task of unknown kind stays pending", "task", t.ID, "kind", t.Kind)
+		return
+	}
+	if t.State != Running {
+		t.State = Running
+		if err := h.store.Commit(h.ctx, Writes{Tasks: []Task{t}}); err != nil {
+			return
+		}
+	}
+	for t.State == Running && h.ctx.Err() == nil {
+		next, err := h.step(kind, t)
+		if err != nil {
+			if h.ctx.Err() != nil {
+				return // closing: the step's work is not committed and reruns on reopen
+			}
+			h.opts.Log.Error("durable: step failed", "task", t.ID, "kind", t.Kind, "err", err)
+			next = t.end(h.Now(), Faulted, err.Error())
+			if cerr := h.store.Commit(h.ctx, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted")}); cerr != nil {
+				return
+			}
+		}
+		t = next
+		h.notify()
+	}
+}
+
+// step runs one step and commits its result. A panic or a step that made no
+// durable progress is an error (the task ends faulted).
+func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
+	before := t
+	sc := &StepContext{h: h, task: &before}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("step panicked: %v", p)
+		}
+	}()
+	res, err := kind.Step(h.ctx, sc, t)
+	if err != nil {
+		return t, err
+	}
+	cur := *sc.task
+	if res.Task.State == cur.State && bytes.Equal(res.Task.Checkpoint, cur.Checkpoint) &&
+		len(res.Entries) == 0 && len(res.Submissions) == 0 && len(res.NewTasks) == 0 && equalDeadline(res.Task.Deadline, cur.Deadline) {
+		return t, errors.New("step made no durable progress")
+	}
+	if res.Task.State == Terminal && res.Task.EndedAt == nil {
+		now := h.Now()
+		res.Task.EndedAt = &now
+	}
+	w := Writes{Tasks: append([]Task{res.Task}, res.NewTasks...), Entries: res.Entries, Submissions: res.Submissions, Usage: res.Usage}
+	if err := h.store.Commit(h.ctx, w); err != nil {
+		return t, err
+	}
+	return res.Task, nil
+}
+
+func equalDeadline(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+// end returns t terminal with outcome.
+func (t Task) end(now time.Time, outcome, why string) Task {
+	t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = Terminal, outcome, why, nil, &now
+	return t
+}
+
+// unanswered returns t's submission marked unanswered, if it has one.
+func (h *Harness) unanswered(t Task, reason string) []Submission {
+	if t.SubmissionID == 0 {
+		return nil
+	}
+	sub, err := h.store.Submission(h.ctx, t.SubmissionID)
+	if err != nil || sub.Status == Done || sub.Status == Unanswered {
+		return nil
+	}
+	sub.Status, sub.Reason = Unanswered, reason
+	return []Submission{sub}
+}
+
+// Submit admits input into conversation conv and returns once it is
+// durably stored. A requestId already seen in conv returns the existing
+// submission and admits nothing.
+func (h *Harness) Submit(ctx context.Context, conv int64, in Input) (Submission, error) {
+	if h.Closed() {
+		return Submission{}, fmt.Errorf("harness: %w", ErrClosed)
+	}
+	if in.RequestID != "" {
+		if sub, err := h.store.SubmissionByRequest(ctx, conv, in.RequestID); err == nil {
+			return sub, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return Submission{}, err
+		}
+	}
+	if _, err := h.store.Conversation(ctx, conv); err != nil {
+		return Submission{}, fmt.Errorf("conversation %d: %w", conv, err)
+	}
+	subID, err := h.store.MintID()
+	if err != nil {
+		return Submission{}, err
+	}
+	taskID, err := h.store.MintID()
+	if err != nil {
+		return Submission{}, err
+	}
+	now := h.Now()
+	sub := Submission{ID: subID, ConversationID: conv, RequestID: in.RequestID, Status: Queued, Input: in, TaskID: taskID, CreatedAt: now}
+	task := Task{ID: taskID, ConversationID: conv, Kind: KindGeneration, Version: 1, State: Pending,
+		Checkpoint: mustRaw(genCheckpoint{Phase: phasePlace}), SubmissionID: subID, CreatedAt: now}
+	if err := h.store.Commit(ctx, Writes{Submissions: []Submission{sub}, Tasks: []Task{task}}); err != nil {
+		if in.RequestID != "" { // a concurrent Submit with the same requestId won
+			if existing, e2 := h.store.SubmissionByRequest(ctx, conv, in.RequestID); e2 == nil {
+				return existing, nil
+			}
+		}
+		return Submission{}, fmt.Errorf("submit: %w", err)
+	}
+	h.poke()
+	return sub, nil
+}
+
+// AddTask stores a new task (for example a reminder) and schedules it.
+func (h *Harness) AddTask(ctx context.Context, t Task, entries ...Entry) (Task, error) {
+	id, err := h.store.MintID()
+	if err != nil {
+		return Task{}, err
+	}
+	t.ID, t.CreatedAt = id, h.Now()
+	if t.Version == 0 {
+		t.Version = 1
+	}
+	if err := h.store.Commit(ctx, Writes{Tasks: []Task{t}, Entries: entries}); err != nil {
+		return Task{}, err
+	}
+	h.poke()
+	return t, nil
+}
+
+// Commit writes w on behalf of a caller outside any task (a reset marker,
+// a new conversation) and lets the scheduler see it.
+func (h *Harness) Commit(ctx context.Context, w Writes) error {
+	if err := h.store.Commit(ctx, w); err != nil {
+		return err
+	}
+	h.poke()
+	return nil
+}
+
+// Wake makes the scheduler look at due work now (after an unpause).
+func (h *Harness) Wake() { h.poke() }
+
+// watch returns a channel closed at the next task progress.
+func (h *Harness) watch() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := make(chan struct{})
+	h.watchers = append(h.watchers, c)
+	return c
+}
+
+func (h *Harness) notify() {
+	h.mu.Lock()
+	ws := h.watchers
+	h.watchers = nil
+	h.mu.Unlock()
+	for _, c := range ws {
+		close(c)
+	}
+}
+
+// WaitSubmission blocks until the submission is done or unanswered, or ctx ends.
+func (h *Harness) WaitSubmission(ctx context.Context, id int64) (Submission, error) {
+	for {
+		c := h.watch()
+		sub, err := h.store.Submission(ctx, id)
+		if err != nil {
+			return sub, err
+		}
+		if sub.Status == Done || sub.Status == Unanswered {
+			return sub, nil
+		}
+		select {
+		case <-ctx.Done():
+			return sub, ctx.Err()
+		case <-c:
+		case <-h.ctx.Done():
+			return sub, fmt.Errorf("harness: %w", ErrClosed)
+		}
+	}
+}
+
+// WaitIdle blocks until no task is ready or running (sleeping tasks may remain).
+func (h *Harness) WaitIdle(ctx context.Context) error {
+	for {
+		c := h.watch()
+		due, err := h.NextDueAt(ctx)
+		if err != nil {
+			return err
+		}
+		if due.IsZero() || due.After(h.Now()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TaskView is a live task as Inspect shows it.
+type TaskView struct {
+	Task
+	Ready bool `json:"ready"`
+}
+
+// Inspection is what Inspect returns; it writes nothing.
+type Inspection struct {
+	Conversation Conversation `json:"conversation"`
+	EntryCount   int64        `json:"entry_count"`
+	Entries      Page[Entry]  `json:"entries"`
+	Tasks        []TaskView   `json:"tasks"`
+	Submissions  []Submission `json:"submissions"`
+	Usage        Usage        `json:"usage"`
+}
+
+// Inspect returns one conversation's entries (a page), its live tasks,
+// its open submissions and its usage.
+func (h *Harness) Inspect(ctx context.Context, conv int64, sc Scan) (Inspection, error) {
+	c, err := h.store.Conversation(ctx, conv)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("conversation %d: %w", conv, err)
+	}
+	in := Inspection{Conversation: c, Tasks: []TaskView{}, Submissions: []Submission{}}
+	if in.Entries, err = h.store.Entries(ctx, conv, sc); err != nil {
+		return Inspection{}, err
+	}
+	if in.EntryCount, err = h.store.EntryCount(ctx, conv); err != nil {
+		return Inspection{}, err
+	}
+	live, err := h.store.LiveTasks(ctx)
+	if err != nil {
+		return Inspection{}, err
+	}
+	now := h.Now()
+	for _, t := range live {
+		if t.ConversationID == conv {
+			in.Tasks = append(in.Tasks, TaskView{Task: t, Ready: h.ready(t, now)})
+		}
+	}
+	subs, err := h.store.Submissions(ctx, []SubmissionStatus{Queued, Placed}, Scan{Limit: 1000})
+	if err != nil {
+		return Inspection{}, err
+	}
+	for _, s := range subs.Items {
+		if s.ConversationID == conv {
+			in.Submissions = append(in.Submissions, s)
+		}
+	}
+	sort.Slice(in.Submissions, func(i, j int) bool { return in.Submissions[i].ID < in.Submissions[j].ID })
+	if in.Usage, err = h.store.Usage(ctx, conv); err != nil {
+		return Inspection{}, err
+	}
+	return in, nil
+}
+
+func mustRaw(v any) json.RawMessage { return json.RawMessage(mustJSON(v)) }

@@ -1,0 +1,524 @@
+package durable_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/affido/affido/agent/durable"
+)
+
+// fnModel is a model scripted by a function of the request.
+type fnModel func(req durable.ModelRequest) (durable.ModelResponse, error)
+
+func (f fnModel) Stream(ctx context.Context, req durable.ModelRequest, _ func(string)) (durable.ModelResponse, error) {
+	return f(req)
+}
+
+func lastUser(req durable.ModelRequest) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == "user" {
+			return req.Messages[i].Content
+		}
+	}
+	return ""
+}
+
+func lastMsg(req durable.ModelRequest) durable.Message { return req.Messages[len(req.Messages)-1] }
+
+// echo answers "echo: <text>" and calls the tool named in "call <tool> <json>".
+var echo = fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+	last := lastMsg(req)
+	if last.Role == "tool" {
+		return durable.ModelResponse{Text: "tool said: " + last.Content, Usage: durable.TokenUsage{InputTokens: 7, OutputTokens: 3}}, nil
+	}
+	text := lastUser(req)
+	if i := strings.Index(text, "] call "); i >= 0 {
+		name, args, _ := strings.Cut(text[i+7:], " ")
+		return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "c1", Name: name, Arguments: json.RawMessage(args)}}}, nil
+	}
+	_, body, _ := strings.Cut(text, "] ")
+	return durable.ModelResponse{Text: "echo: " + body, Usage: durable.TokenUsage{InputTokens: 5, OutputTokens: 2}}, nil
+})
+
+type env struct {
+	t     *testing.T
+	path  string
+	opts  durable.Options
+	h     *durable.Harness
+	store *durable.Store
+}
+
+func newEnv(t *testing.T, opts durable.Options) *env {
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "session.db"), opts: opts}
+	e.open()
+	t.Cleanup(func() { e.h.Close() })
+	return e
+}
+
+func (e *env) open() {
+	e.t.Helper()
+	s, err := durable.OpenStore(ctx, openDB(e.t, e.path))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.opts.Model == nil {
+		e.opts.Model = echo
+	}
+	if e.opts.DefaultModel == "" {
+		e.opts.DefaultModel = "test/echo"
+	}
+	h, err := durable.Open(ctx, s, e.opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.h, e.store = h, s
+	if err := h.Resume(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) reopen() {
+	e.t.Helper()
+	e.h.Close()
+	e.open()
+}
+
+func (e *env) ask(conv int64, in durable.Input) durable.Submission {
+	e.t.Helper()
+	sub, err := e.h.Submit(ctx, conv, in)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sub, err = e.h.WaitSubmission(wctx, sub.ID)
+	if err != nil {
+		e.t.Fatalf("wait for submission: %v", err)
+	}
+	return sub
+}
+
+func (e *env) entries(conv int64) []durable.Entry {
+	e.t.Helper()
+	p, err := e.store.Entries(ctx, conv, durable.Scan{Limit: 1000})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p.Items
+}
+
+func kinds(es []durable.Entry) string {
+	var k []string
+	for _, e := range es {
+		k = append(k, string(e.Kind))
+	}
+	return strings.Join(k, ",")
+}
+
+func TestSubmitAnswers(t *testing.T) {
+	e := newEnv(t, durable.Options{})
+	sub := e.ask(1, durable.Input{Text: "hello"})
+	if sub.Status != durable.Done || sub.AnswerEntryID == 0 {
+		t.Fatalf("submission %+v", sub)
+	}
+	es := e.entries(1)
+	if kinds(es) != "owner_message,assistant_message" || es[1].Text != "echo: hello" || es[1].Model != "test/echo" {
+		t.Fatalf("entries %s %+v", kinds(es), es)
+	}
+	task, _ := e.store.Task(ctx, sub.TaskID)
+	if task.State != durable.Terminal || task.Outcome != durable.Completed {
+		t.Fatalf("task %+v", task)
+	}
+	u, _ := e.store.Usage(ctx, 1)
+	if u.Models["test/echo"].Calls != 1 || u.Models["test/echo"].InputTokens != 5 {
+		t.Fatalf("usage %+v", u)
+	}
+}
+
+func TestToolLoopAndContext(t *testing.T) {
+	var calls atomic.Int32
+	var second durable.ModelRequest
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		if calls.Add(1) == 2 {
+			second = req
+		}
+		return echo(req)
+	})
+	add := durable.Tool{Name: "add", Safe: true, Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+		var a struct{ A, B int }
+		if err := json.Unmarshal(args, &a); err != nil {
+			return durable.ToolResult{}, err
+		}
+		return durable.ToolResult{Output: fmt.Sprint(a.A + a.B)}, nil
+	}}
+	e := newEnv(t, durable.Options{Model: model, Tools: []durable.Tool{add}, System: "You are a test."})
+	sub := e.ask(1, durable.Input{Text: `call add {"A":2,"B":3}`})
+	es := e.entries(1)
+	if kinds(es) != "owner_message,assistant_message,tool_call,tool_result,assistant_message" {
+		t.Fatalf("entries %s", kinds(es))
+	}
+	if es[3].Text != "5" || es[4].Text != "tool said: 5" || sub.AnswerEntryID != es[4].ID {
+		t.Fatalf("tool result %q answer %q", es[3].Text, es[4].Text)
+	}
+	// The second request: system first (no time in it), the owner message
+	// with its time in brackets, the call, then its result.
+	roles := []string{}
+	for _, m := range second.Messages {
+		roles = append(roles, m.Role)
+	}
+	if strings.Join(roles, ",") != "system,user,assistant,tool" {
+		t.Fatalf("roles %v", roles)
+	}
+	if second.Messages[0].Content != "You are a test." {
+		t.Fatalf("system prompt %q", second.Messages[0].Content)
+	}
+	if !strings.HasPrefix(second.Messages[1].Content, "["+es[0].At.UTC().Format("2006-01-02 15:04")) {
+		t.Fatalf("owner message without its time: %q", second.Messages[1].Content)
+	}
+	if second.Messages[3].ToolCallID != "c1" || second.Messages[3].Content != "5" {
+		t.Fatalf("tool message %+v", second.Messages[3])
+	}
+	if u, _ := e.store.Usage(ctx, 1); u.Tools["add"] != 1 {
+		t.Fatalf("tool usage %+v", u)
+	}
+}
+
+func TestRequestIDIsIdempotentAcrossRestart(t *testing.T) {
+	var calls atomic.Int32
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		calls.Add(1)
+		return echo(req)
+	})
+	e := newEnv(t, durable.Options{Model: model})
+	a := e.ask(1, durable.Input{Text: "once", RequestID: "r-1"})
+	b, err := e.h.Submit(ctx, 1, durable.Input{Text: "once", RequestID: "r-1"})
+	if err != nil || b.ID != a.ID {
+		t.Fatalf("repeat: %+v %v", b, err)
+	}
+	e.reopen()
+	c, err := e.h.Submit(ctx, 1, durable.Input{Text: "once again?", RequestID: "r-1"})
+	if err != nil || c.ID != a.ID || c.Status != durable.Done {
+		t.Fatalf("after restart: %+v %v", c, err)
+	}
+	if err := e.h.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("model called %d times for one requestId", n)
+	}
+	if got := kinds(e.entries(1)); got != "owner_message,assistant_message" {
+		t.Fatalf("entries %s", got)
+	}
+}
+
+func TestConcurrentSubmitsAreAllAdmittedOnce(t *testing.T) {
+	e := newEnv(t, durable.Options{})
+	var wg sync.WaitGroup
+	ids := make([]int64, 40)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub, err := e.h.Submit(ctx, 1, durable.Input{Text: fmt.Sprint("m", i%20), RequestID: fmt.Sprint("r", i%20)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = sub.ID
+		}()
+	}
+	wg.Wait()
+	for i := range 20 {
+		if ids[i] != ids[i+20] {
+			t.Fatalf("requestId r%d admitted twice: %d and %d", i, ids[i], ids[i+20])
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for _, id := range ids[:20] {
+		if s, err := e.h.WaitSubmission(wctx, id); err != nil || s.Status != durable.Done {
+			t.Fatalf("submission %d: %+v %v", id, s, err)
+		}
+	}
+	if n := len(e.entries(1)); n != 40 {
+		t.Fatalf("%d entries, want 40 (20 questions, 20 answers)", n)
+	}
+	// One run at a time per conversation: each answer follows its question.
+	es := e.entries(1)
+	for i := 0; i < len(es); i += 2 {
+		if es[i].Kind != durable.OwnerMessage || es[i+1].Text != "echo: "+es[i].Text {
+			t.Fatalf("entries %d,%d interleaved: %q / %q", i, i+1, es[i].Text, es[i+1].Text)
+		}
+	}
+}
+
+func TestTransientErrorsSleepThenRetry(t *testing.T) {
+	var calls atomic.Int32
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		if calls.Add(1) <= 2 {
+			return durable.ModelResponse{}, durable.Transient(errors.New("429 slow down"))
+		}
+		return echo(req)
+	})
+	var mu sync.Mutex
+	var scheduled []time.Time
+	e := newEnv(t, durable.Options{Model: model, Retry: durable.RetryPolicy{Base: 150 * time.Millisecond, Cap: time.Second},
+		OnScheduled: func(at time.Time) { mu.Lock(); scheduled = append(scheduled, at); mu.Unlock() }})
+	sub, _ := e.h.Submit(ctx, 1, durable.Input{Text: "retry me"})
+	// While it waits, the wait is a stored sleeping task with its deadline.
+	deadline := time.Now().Add(2 * time.Second)
+	var sleeping durable.Task
+	for time.Now().Before(deadline) {
+		if tk, _ := e.store.Task(ctx, sub.TaskID); tk.State == durable.Sleeping {
+			sleeping = tk
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if sleeping.Deadline == nil {
+		t.Fatal("the retry wait was never stored as a sleeping task")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if s, err := e.h.WaitSubmission(wctx, sub.ID); err != nil || s.Status != durable.Done {
+		t.Fatalf("%+v %v", s, err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("model called %d times, want 3", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for _, at := range scheduled {
+		found = found || at.Equal(*sleeping.Deadline)
+	}
+	if !found {
+		t.Fatalf("OnScheduled never got the retry deadline %v (got %v)", sleeping.Deadline, scheduled)
+	}
+}
+
+func TestPermanentModelErrorEndsTheRunWithAnErrorEntry(t *testing.T) {
+	calls := 0
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		calls++
+		return durable.ModelResponse{}, durable.Transient(errors.New("503 down"))
+	})
+	e := newEnv(t, durable.Options{Model: model, Retry: durable.RetryPolicy{Max: 2, Base: time.Millisecond, Cap: 5 * time.Millisecond}})
+	sub := e.ask(1, durable.Input{Text: "x"})
+	if sub.Status != durable.Unanswered || sub.Reason != "model_error" || calls != 3 {
+		t.Fatalf("submission %+v after %d calls", sub, calls)
+	}
+	es := e.entries(1)
+	if kinds(es) != "owner_message,error" || !strings.Contains(es[1].Text, "503 down") {
+		t.Fatalf("entries %s %q", kinds(es), es[len(es)-1].Text)
+	}
+}
+
+func TestToolPanicAndUnknownToolAreErrorResults(t *testing.T) {
+	boom := durable.Tool{Name: "boom", Execute: func(context.Context, durable.ToolCallContext, json.RawMessage) (durable.ToolResult, error) {
+		panic("kaboom")
+	}}
+	e := newEnv(t, durable.Options{Tools: []durable.Tool{boom}})
+	for _, name := range []string{"boom", "nosuch"} {
+		sub := e.ask(1, durable.Input{Text: "call " + name + " {}"})
+		if sub.Status != durable.Done {
+			t.Fatalf("%s: %+v", name, sub)
+		}
+	}
+	es := e.entries(1)
+	if !es[3].IsError || !strings.Contains(es[3].Text, "kaboom") || !es[8].IsError || !strings.Contains(es[8].Text, "unknown tool") {
+		t.Fatalf("results %q %q", es[3].Text, es[8].Text)
+	}
+}
+
+// stuck is a task kind whose step never changes anything.
+type stuck struct{}
+
+func (stuck) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	return durable.StepResult{Task: t}, nil
+}
+
+func TestStepWithoutProgressFaults(t *testing.T) {
+	e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"stuck": stuck{}}})
+	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "stuck", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got, _ := e.store.Task(ctx, tk.ID)
+		if got.State == durable.Terminal {
+			if got.Outcome != durable.Faulted || !strings.Contains(got.Error, "no durable progress") {
+				t.Fatalf("task %+v", got)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("a task that makes no progress was never faulted")
+}
+
+func TestModelChosenPerRequest(t *testing.T) {
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		return durable.ModelResponse{Model: req.Model, Text: "ok"}, nil
+	})
+	e := newEnv(t, durable.Options{Model: model})
+	e.ask(1, durable.Input{Text: "a", Model: "fake/one"})
+	e.ask(1, durable.Input{Text: "b", Model: "fake/two"})
+	e.ask(1, durable.Input{Text: "c"})
+	es := e.entries(1)
+	if es[1].Model != "fake/one" || es[3].Model != "fake/two" || es[5].Model != "test/echo" {
+		t.Fatalf("models %q %q %q", es[1].Model, es[3].Model, es[5].Model)
+	}
+}
+
+func TestResetAndSummaryCutTheContext(t *testing.T) {
+	var last durable.ModelRequest
+	var mu sync.Mutex
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		mu.Lock()
+		last = req
+		mu.Unlock()
+		if strings.Contains(lastUser(req), "Summarize the conversation") {
+			return durable.ModelResponse{Text: "SUMMARY"}, nil
+		}
+		return echo(req)
+	})
+	e := newEnv(t, durable.Options{Model: model, Compaction: durable.CompactionPolicy{Threshold: 60, KeepRecent: 2}})
+	e.ask(1, durable.Input{Text: "first question, long enough to count for something in tokens"})
+	e.ask(1, durable.Input{Text: "second question, also long enough to push us over"})
+	if err := e.h.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var sum durable.Entry
+	for time.Now().Before(deadline) && sum.ID == 0 {
+		for _, en := range e.entries(1) {
+			if en.Kind == durable.SummaryEntry {
+				sum = en
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sum.ID == 0 || sum.Text != "SUMMARY" || sum.Head == 0 {
+		t.Fatalf("no summary entry: %s", kinds(e.entries(1)))
+	}
+	e.ask(1, durable.Input{Text: "third"})
+	mu.Lock()
+	first := last.Messages[0].Content
+	mu.Unlock()
+	if !strings.Contains(first, "SUMMARY") {
+		t.Fatalf("context does not start with the summary: %q", first)
+	}
+	// A reset marker cuts everything before it; the entries stay.
+	id, _ := e.store.MintID()
+	if err := e.h.Commit(ctx, durable.Writes{Entries: []durable.Entry{{ID: id, ConversationID: 1, Kind: durable.ResetMarker, Head: id, At: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.ask(1, durable.Input{Text: "after reset"})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(last.Messages) != 1 || !strings.HasSuffix(last.Messages[0].Content, "after reset") {
+		t.Fatalf("context after reset: %+v", last.Messages)
+	}
+	if n := len(e.entries(1)); n < 9 {
+		t.Fatalf("reset removed entries: %d left", n)
+	}
+}
+
+func TestHardCapRefusesTheRequest(t *testing.T) {
+	calls := 0
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) { calls++; return echo(req) })
+	e := newEnv(t, durable.Options{Model: model, Compaction: durable.CompactionPolicy{HardCap: 10}})
+	sub := e.ask(1, durable.Input{Text: strings.Repeat("long ", 50)})
+	if sub.Status != durable.Unanswered || sub.Reason != "context_too_large" || calls != 0 {
+		t.Fatalf("%+v after %d model calls", sub, calls)
+	}
+}
+
+func TestMissingToolResultIsSynthesized(t *testing.T) {
+	msgs := durable.Messages([]durable.Entry{
+		{Kind: durable.OwnerMessage, Text: "q", At: time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)},
+		{Kind: durable.AssistantMessage, ToolCalls: []durable.ToolCall{{ID: "a", Name: "t"}, {ID: "b", Name: "t"}}},
+		{Kind: durable.ToolCallEntry, ToolCallID: "a"},
+		{Kind: durable.ToolResultEntry, ToolCallID: "b", Text: "B"},
+	})
+	if len(msgs) != 4 || msgs[0].Content != "[2026-11-29 15:00 UTC] q" || msgs[2].ToolCallID != "a" ||
+		!strings.Contains(msgs[2].Content, "unavailable") || msgs[3].Content != "B" {
+		t.Fatalf("messages %+v", msgs)
+	}
+}
+
+// alarm is a task kind that sleeps until its deadline, then fires once by
+// writing an outside-text entry.
+type alarm struct{}
+
+func (alarm) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	id, err := sc.Harness().Store().MintID()
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	now := sc.Harness().Now()
+	t.State, t.Outcome, t.Deadline = durable.Terminal, durable.Completed, nil
+	return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID, Kind: durable.OutsideText, Text: "alarm fired", At: now}}}, nil
+}
+
+func TestSleepingTaskFiresOnceAfterRestart(t *testing.T) {
+	var mu sync.Mutex
+	var scheduled []time.Time
+	opts := durable.Options{Kinds: map[string]durable.TaskKind{"alarm": alarm{}},
+		OnScheduled: func(at time.Time) { mu.Lock(); scheduled = append(scheduled, at); mu.Unlock() }}
+	e := newEnv(t, opts)
+	due := time.Now().Add(400 * time.Millisecond).UTC().Truncate(time.Millisecond)
+	if _, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "alarm", State: durable.Sleeping, Deadline: &due, Checkpoint: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened before the deadline: NextDueAt is the deadline and the host was told.
+	e.reopen()
+	if at, err := e.h.NextDueAt(ctx); err != nil || !at.Equal(due) {
+		t.Fatalf("NextDueAt = %v, %v; want %v", at, err, due)
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, at := range scheduled {
+			if at.Equal(due) {
+				return true
+			}
+		}
+		return false
+	})
+	e.h.Close()
+	time.Sleep(time.Until(due) + 100*time.Millisecond)
+	// Reopened after the deadline: fires exactly once.
+	e.open()
+	waitFor(t, func() bool { return strings.Contains(kinds(e.entries(1)), "outside_text") })
+	e.reopen()
+	time.Sleep(100 * time.Millisecond)
+	if n := strings.Count(kinds(e.entries(1)), "outside_text"); n != 1 {
+		t.Fatalf("alarm fired %d times", n)
+	}
+	if at, _ := e.h.NextDueAt(ctx); !at.IsZero() {
+		t.Fatalf("NextDueAt after firing = %v, want none", at)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met within 5 s")
+}

@@ -1,0 +1,67 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Tool is something the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  json.RawMessage // JSON schema of the arguments
+	// Safe tools may run again after a crash interrupted them; any other
+	// tool is reported to the model as interrupted instead. Default: not safe.
+	Safe    bool
+	Execute func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
+}
+
+// ToolCallContext tells a tool where it runs.
+type ToolCallContext struct {
+	ConversationID int64
+	RunID          int64
+	CallID         string
+	Now            time.Time
+	Store          *Store
+	// Replay is true when the tool runs again after a crash interrupted it.
+	Replay bool
+}
+
+// ToolResult is a tool's answer. Output is what the model reads.
+type ToolResult struct {
+	Output  string
+	IsError bool
+	Data    json.RawMessage
+	// Tasks are created in the same commit as the result (a reminder's
+	// sleeping task, for example); IDs are assigned by the harness.
+	Tasks []Task
+}
+
+// runTool executes a tool, turning errors and panics into error results the
+// model can read.
+func runTool(ctx context.Context, tool Tool, call ToolCallContext, args json.RawMessage) (res ToolResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = ToolResult{Output: fmt.Sprintf("tool %s failed: panic: %v", tool.Name, p), IsError: true}
+		}
+	}()
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	if !json.Valid(args) {
+		return ToolResult{Output: fmt.Sprintf("invalid arguments for %s: not JSON", tool.Name), IsError: true}
+	}
+	out, err := tool.Execute(ctx, call, args)
+	if err != nil {
+		return ToolResult{Output: fmt.Sprintf("tool %s failed: %v", tool.Name, err), IsError: true}
+	}
+	return out
+}
+
+// InterruptedOutput is what the model is told about an unsafe tool a crash
+// interrupted.
+func InterruptedOutput(name string) string {
+	return fmt.Sprintf("[error] Tool %s was interrupted and may have partially run. Check its effects before running it again.", name)
+}
