@@ -4,8 +4,8 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"

@@ -16,6 +16,7 @@ import (
 
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
+	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
@@ -136,6 +137,7 @@ func serve(ctx context.Context) error {
 		NanoCPUs:         int64(cfg.SandboxCPUs * 1e9),
 		PidsLimit:        cfg.SandboxPids,
 		RunAs:            "10001:10001",
+		Env:              []string{"AFFIDO_MODEL=" + cfg.DefaultModel},
 	})
 	if err != nil {
 		return err
@@ -160,7 +162,12 @@ func serve(ctx context.Context) error {
 	}, log, metrics)
 	go mgr.Run(ctx)
 
-	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log}
+	var provider gateway.Provider = gateway.FakeProvider(gateway.NewFake(cfg.FakeModels))
+	if cfg.Provider == "openrouter" {
+		provider = &gateway.OpenRouter{URL: cfg.OpenRouterURL, Key: cfg.OpenRouterKey, Allow: cfg.OpenRouterModels}
+	}
+	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
+		Provider: provider, Usage: store}
 	admin := &server.Admin{Manager: mgr, Store: store}
 	errc := make(chan error, 2)
 	servers := []*http.Server{

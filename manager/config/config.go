@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,6 +32,22 @@ type Config struct {
 	SandboxMemory    int64         // AFFIDO_SANDBOX_MEMORY_MB (MiB)
 	SandboxCPUs      float64       // AFFIDO_SANDBOX_CPUS
 	SandboxPids      int64         // AFFIDO_SANDBOX_PIDS
+	Provider         string        // AFFIDO_PROVIDER: fake or openrouter
+	DefaultModel     string        // AFFIDO_DEFAULT_MODEL: the agents' model unless a prompt names one
+	FakeModels       []string      // AFFIDO_FAKE_MODELS
+	OpenRouterURL    string        // AFFIDO_OPENROUTER_URL
+	OpenRouterKey    string        // AFFIDO_OPENROUTER_KEY, or the file AFFIDO_OPENROUTER_KEY_FILE
+	OpenRouterModels []string      // AFFIDO_OPENROUTER_MODELS (empty: any vendor/model)
+}
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Load reads the configuration from the environment.
@@ -74,6 +91,35 @@ func Load() (Config, error) {
 		Tick:             dur("AFFIDO_TICK", "1s"),
 		SandboxMemory:    num("AFFIDO_SANDBOX_MEMORY_MB", 512) << 20,
 		SandboxPids:      num("AFFIDO_SANDBOX_PIDS", 256),
+	}
+	c.Provider = str("AFFIDO_PROVIDER", "fake")
+	c.FakeModels = list(str("AFFIDO_FAKE_MODELS", "fake/echo,fake/alt"))
+	c.OpenRouterURL = str("AFFIDO_OPENROUTER_URL", "https://openrouter.ai/api/v1")
+	c.OpenRouterModels = list(os.Getenv("AFFIDO_OPENROUTER_MODELS"))
+	c.OpenRouterKey = os.Getenv("AFFIDO_OPENROUTER_KEY")
+	if f := os.Getenv("AFFIDO_OPENROUTER_KEY_FILE"); f != "" && c.OpenRouterKey == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("AFFIDO_OPENROUTER_KEY_FILE: %w", err))
+		}
+		c.OpenRouterKey = strings.TrimSpace(string(b))
+	}
+	if len(c.FakeModels) == 0 {
+		c.FakeModels = []string{"fake/echo"}
+	}
+	switch c.Provider {
+	case "fake":
+		c.DefaultModel = str("AFFIDO_DEFAULT_MODEL", c.FakeModels[0])
+	case "openrouter":
+		c.DefaultModel = os.Getenv("AFFIDO_DEFAULT_MODEL")
+		if c.OpenRouterKey == "" {
+			errs = append(errs, fmt.Errorf("AFFIDO_PROVIDER=openrouter needs AFFIDO_OPENROUTER_KEY or AFFIDO_OPENROUTER_KEY_FILE"))
+		}
+		if c.DefaultModel == "" {
+			errs = append(errs, fmt.Errorf("AFFIDO_PROVIDER=openrouter needs AFFIDO_DEFAULT_MODEL (for example openai/gpt-4o-mini)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("AFFIDO_PROVIDER: want fake or openrouter, got %q", c.Provider))
 	}
 	pool, err := netip.ParsePrefix(str("AFFIDO_SANDBOX_POOL", "10.213.0.0/16"))
 	if err != nil {

@@ -32,7 +32,8 @@ type Config struct {
 	MemoryBytes      int64
 	NanoCPUs         int64
 	PidsLimit        int64
-	RunAs            string // uid:gid inside the container
+	RunAs            string   // uid:gid inside the container
+	Env              []string // extra environment for the agent (AFFIDO_MODEL=...)
 }
 
 // Docker provisions sandboxes through the Docker Engine API.
@@ -184,7 +185,7 @@ func (d *Docker) ConnectGateway(ctx context.Context, n Names, networkID string, 
 		return nil
 	}
 	_, err := d.cli.NetworkConnect(ctx, networkID, client.NetworkConnectOptions{
-		Container:      d.cfg.GatewayContainer,
+		Container: d.cfg.GatewayContainer,
 		EndpointConfig: &network.EndpointSettings{
 			Aliases:    []string{GatewayAlias},
 			IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: GatewayIP(subnet)},
@@ -217,14 +218,14 @@ func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix, gatew
 			Image:  d.cfg.Image,
 			User:   d.cfg.RunAs,
 			Labels: n.Labels(),
-			Env: []string{
+			Env: append([]string{
 				"SESSION_DB=/data/session.db",
 				"WORKSPACE=/workspace",
 				"AFFIDO_USER=" + n.User,
 				fmt.Sprintf("AFFIDO_LISTEN=:%d", d.cfg.AgentPort),
 				"AFFIDO_GATEWAY_URL=" + d.cfg.GatewayURL,
 				"AFFIDO_GATEWAY_TOKEN=" + gatewayToken,
-			},
+			}, d.cfg.Env...),
 			StopTimeout: &stop,
 			Healthcheck: &container.HealthConfig{
 				Test:     []string{"CMD", "/bin/affido-agent", "healthcheck"},

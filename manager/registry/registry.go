@@ -306,3 +306,16 @@ func IsUnavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	return err != nil && !errors.As(err, &pgErr) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrUnauthenticated)
 }
+
+// RecordUsage adds one model call's tokens to the user's daily ledger.
+func (s *Store) RecordUsage(ctx context.Context, user, model string, in, out int64) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO gateway_usage (user_id, model, day, input_tokens, output_tokens, calls)
+		VALUES ($1, $2, current_date, $3, $4, 1)
+		ON CONFLICT (user_id, model, day) DO UPDATE SET input_tokens = gateway_usage.input_tokens + EXCLUDED.input_tokens,
+		output_tokens = gateway_usage.output_tokens + EXCLUDED.output_tokens, calls = gateway_usage.calls + 1`,
+		user, model, in, out)
+	if err != nil {
+		return fmt.Errorf("record usage of %s: %w", user, err)
+	}
+	return nil
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
@@ -61,6 +62,9 @@ type Server struct {
 	Health   Health
 	Gateway  SandboxAuth
 	Metrics  *lifecycle.Metrics
+	// Provider answers the gateway's chat completions (fake or openrouter).
+	Provider gateway.Provider
+	Usage    gateway.UsageRecorder
 	Log      *slog.Logger
 	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
 	AuthTimeout time.Duration
@@ -75,6 +79,9 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
+	if s.Provider != nil {
+		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log}).Register(mux)
+	}
 	mux.HandleFunc("/v1/gateway/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")
 	})
@@ -210,6 +217,11 @@ func (s *Server) sandboxOf(r *http.Request) (registry.Sandbox, int, string) {
 		return sb, http.StatusForbidden, "token used from another address"
 	}
 	return sb, 0, ""
+}
+
+func (s *Server) caller(r *http.Request) (string, int, string) {
+	sb, status, why := s.sandboxOf(r)
+	return sb.UserID, status, why
 }
 
 func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,253 @@
+// Package modelclient is the agent's OpenAI-compatible chat completions
+// client. It talks only to the gateway, with the sandbox's token, and
+// streams: text deltas, tool calls and usage arrive as server-sent events.
+package modelclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/affido/affido/agent/durable"
+)
+
+// Client calls the gateway.
+type Client struct {
+	BaseURL string // e.g. http://gateway:8088/v1/gateway
+	Token   string
+	HTTP    *http.Client
+
+	mu     sync.Mutex
+	models []string
+	listed time.Time
+}
+
+var _ durable.Model = (*Client)(nil)
+
+// New returns a client for the gateway at baseURL.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 10 * time.Minute}}
+}
+
+type wireMessage struct {
+	Role       string         `json:"role"`
+	Content    string         `json:"content"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+type wireToolCall struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments,omitempty"`
+	} `json:"function"`
+}
+
+type wireTool struct {
+	Type     string         `json:"type"`
+	Function map[string]any `json:"function"`
+}
+
+type chunk struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Delta struct {
+			Content   string         `json:"content"`
+			ToolCalls []wireToolCall `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	} `json:"usage"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Stream sends req and reads the streamed answer.
+func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta func(string)) (durable.ModelResponse, error) {
+	msgs := make([]wireMessage, 0, len(req.Messages))
+	for _, m := range req.Messages {
+		wm := wireMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for i, tc := range m.ToolCalls {
+			w := wireToolCall{Index: i, ID: tc.ID, Type: "function"}
+			w.Function.Name, w.Function.Arguments = tc.Name, string(tc.Arguments)
+			wm.ToolCalls = append(wm.ToolCalls, w)
+		}
+		msgs = append(msgs, wm)
+	}
+	body := map[string]any{"model": req.Model, "messages": msgs, "stream": true, "stream_options": map[string]bool{"include_usage": true}}
+	if len(req.Tools) > 0 {
+		var tools []wireTool
+		for _, t := range req.Tools {
+			params := t.Parameters
+			if len(params) == 0 {
+				params = json.RawMessage(`{"type":"object","properties":{}}`)
+			}
+			tools = append(tools, wireTool{Type: "function", Function: map[string]any{"name": t.Name, "description": t.Description, "parameters": params}})
+		}
+		body["tools"] = tools
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return durable.ModelResponse{}, err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return durable.ModelResponse{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return durable.ModelResponse{}, ctx.Err()
+		}
+		return durable.ModelResponse{}, durable.Transient(fmt.Errorf("reach the model gateway: %w", err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		err := fmt.Errorf("model gateway: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+			return durable.ModelResponse{}, durable.Transient(err)
+		}
+		return durable.ModelResponse{}, err
+	}
+	return read(resp.Body, req.Model, onDelta)
+}
+
+// read parses an SSE stream of chat completion chunks.
+func read(r io.Reader, model string, onDelta func(string)) (durable.ModelResponse, error) {
+	out := durable.ModelResponse{Model: model}
+	var text strings.Builder
+	calls := map[int]*wireToolCall{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	done := false
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		data, ok := strings.CutPrefix(line, "data:")
+		if !ok {
+			continue
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			done = true
+			break
+		}
+		var c chunk
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return out, fmt.Errorf("model gateway: bad stream chunk: %w", err)
+		}
+		if c.Error != nil {
+			return out, durable.Transient(fmt.Errorf("model provider: %s", c.Error.Message))
+		}
+		if c.Model != "" {
+			out.Model = c.Model
+		}
+		if c.Usage != nil {
+			out.Usage = durable.TokenUsage{InputTokens: c.Usage.PromptTokens, OutputTokens: c.Usage.CompletionTokens}
+		}
+		for _, ch := range c.Choices {
+			if ch.Delta.Content != "" {
+				text.WriteString(ch.Delta.Content)
+				if onDelta != nil {
+					onDelta(ch.Delta.Content)
+				}
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				cur := calls[tc.Index]
+				if cur == nil {
+					cur = &wireToolCall{Index: tc.Index}
+					calls[tc.Index] = cur
+				}
+				if tc.ID != "" {
+					cur.ID = tc.ID
+				}
+				if tc.Function.Name != "" {
+					cur.Function.Name += tc.Function.Name
+				}
+				cur.Function.Arguments += tc.Function.Arguments
+			}
+			if ch.FinishReason != nil {
+				out.StopReason = *ch.FinishReason
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return out, durable.Transient(fmt.Errorf("model stream broke: %w", err))
+	}
+	if !done && out.StopReason == "" {
+		return out, durable.Transient(errors.New("model stream ended early"))
+	}
+	out.Text = text.String()
+	idx := make([]int, 0, len(calls))
+	for i := range calls {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		tc := calls[i]
+		args := json.RawMessage(tc.Function.Arguments)
+		if len(args) == 0 {
+			args = json.RawMessage(`{}`)
+		}
+		out.ToolCalls = append(out.ToolCalls, durable.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: args})
+	}
+	return out, nil
+}
+
+// Models returns the gateway's model list, cached for a minute.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	c.mu.Lock()
+	if time.Since(c.listed) < time.Minute && c.models != nil {
+		m := c.models
+		c.mu.Unlock()
+		return m, nil
+	}
+	c.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list models: %s", resp.Status)
+	}
+	var body struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	models := []string{}
+	for _, d := range body.Data {
+		models = append(models, d.ID)
+	}
+	c.mu.Lock()
+	c.models, c.listed = models, time.Now()
+	c.mu.Unlock()
+	return models, nil
+}

@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+)
+
+// Reply is one scripted model answer: text, or tool calls.
+type Reply struct {
+	Text      string
+	ToolCalls []FakeCall
+}
+
+// FakeCall is a scripted tool call.
+type FakeCall struct {
+	Name string
+	Args map[string]any
+}
+
+// Fake is the scripted model: deterministic, with the OpenAI wire protocol
+// (streaming and tool calls). Its rules (see the README) let a person or a
+// test drive every tool by what they type. With a script, it answers with
+// the scripted replies in order instead, then falls back to the rules.
+type Fake struct {
+	Models []string
+
+	mu     sync.Mutex
+	script []Reply
+}
+
+// NewFake returns the scripted model serving models.
+func NewFake(models []string, script ...Reply) *Fake {
+	return &Fake{Models: models, script: script}
+}
+
+// Known reports whether model is one the fake serves.
+func (f *Fake) Known(model string) bool {
+	for _, m := range f.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+var timePrefix = regexp.MustCompile(`^\[[^\]]*\] `)
+
+// rules, in order. Each matches the owner's message (time prefix removed).
+var rules = []struct {
+	re   *regexp.Regexp
+	call func(m []string) Reply
+}{
+	{regexp.MustCompile(`(?s)^run: (.+)$`), func(m []string) Reply { return call("shell", map[string]any{"command": m[1]}) }},
+	{regexp.MustCompile(`^read (\S+)$`), func(m []string) Reply { return call("read_file", map[string]any{"path": m[1]}) }},
+	{regexp.MustCompile(`(?s)^write (\S+?): (.*)$`), func(m []string) Reply {
+		return call("write_file", map[string]any{"path": m[1], "content": m[2]})
+	}},
+	{regexp.MustCompile(`^list ?(\S*)$`), func(m []string) Reply { return call("list_files", map[string]any{"path": m[1]}) }},
+	{regexp.MustCompile(`(?s)^search (.+)$`), func(m []string) Reply { return call("corpus_search", map[string]any{"query": m[1]}) }},
+	{regexp.MustCompile(`(?s)^remind (at|in) (\S+): (.+)$`), func(m []string) Reply {
+		key := "after"
+		if m[1] == "at" {
+			key = "at"
+		}
+		return call("set_reminder", map[string]any{key: m[2], "text": m[3]})
+	}},
+	{regexp.MustCompile(`^reminders$`), func(m []string) Reply { return call("list_reminders", map[string]any{}) }},
+	{regexp.MustCompile(`^cancel reminder (\d+)$`), func(m []string) Reply {
+		return call("cancel_reminder", map[string]any{"id": m[1]})
+	}},
+}
+
+func call(name string, args map[string]any) Reply {
+	return Reply{ToolCalls: []FakeCall{{Name: name, Args: args}}}
+}
+
+// Answer decides the reply to a request.
+func (f *Fake) Answer(req ChatRequest) Reply {
+	f.mu.Lock()
+	if len(f.script) > 0 {
+		r := f.script[0]
+		f.script = f.script[1:]
+		f.mu.Unlock()
+		return r
+	}
+	f.mu.Unlock()
+	if len(req.Messages) == 0 {
+		return Reply{Text: "(no messages)"}
+	}
+	last := req.Messages[len(req.Messages)-1]
+	if last.Role == "tool" {
+		name := "tool"
+		for i := len(req.Messages) - 1; i >= 0; i-- {
+			for _, tc := range req.Messages[i].ToolCalls {
+				if tc.ID == last.ToolCallID {
+					name = tc.Function.Name
+				}
+			}
+		}
+		out := last.Content
+		if len(out) > 4000 {
+			out = out[:4000] + "\n[truncated]"
+		}
+		return Reply{Text: fmt.Sprintf("%s returned:\n%s", name, out)}
+	}
+	text := strings.TrimSpace(timePrefix.ReplaceAllString(last.Content, ""))
+	if last.Role != "user" {
+		return Reply{Text: "echo: " + text}
+	}
+	if strings.HasPrefix(last.Content, "[harness] Summarize") {
+		return Reply{Text: fmt.Sprintf("Summary: %d earlier messages.", len(req.Messages)-2)}
+	}
+	for _, r := range rules {
+		if m := r.re.FindStringSubmatch(text); m != nil {
+			return r.call(m)
+		}
+	}
+	return Reply{Text: "echo: " + text}
+}
+
+// Serve answers one chat completions request as an SSE stream (or one JSON
+// object when stream is false), with usage estimated at 4 bytes a token.
+func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest) (ChatUsage, error) {
+	reply := f.Answer(req)
+	var in int64
+	for _, m := range req.Messages {
+		in += int64(len(m.Content)+3) / 4
+	}
+	usage := ChatUsage{PromptTokens: in, CompletionTokens: int64(len(reply.Text)+3) / 4}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	var calls []ChatToolCall
+	for i, c := range reply.ToolCalls {
+		args, _ := json.Marshal(c.Args)
+		tc := ChatToolCall{Index: i, ID: fmt.Sprintf("call_%d_%d", len(req.Messages), i), Type: "function"}
+		tc.Function.Name, tc.Function.Arguments = c.Name, string(args)
+		calls = append(calls, tc)
+	}
+	finish := "stop"
+	if len(calls) > 0 {
+		finish = "tool_calls"
+	}
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		return usage, json.NewEncoder(w).Encode(map[string]any{
+			"id": "fake", "object": "chat.completion", "model": req.Model,
+			"choices": []any{map[string]any{"index": 0, "finish_reason": finish,
+				"message": map[string]any{"role": "assistant", "content": reply.Text, "tool_calls": calls}}},
+			"usage": usage,
+		})
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fl, _ := w.(http.Flusher)
+	send := func(c ChatChunk) error {
+		c.ID, c.Object, c.Model = "fake", "chat.completion.chunk", req.Model
+		b, _ := json.Marshal(c)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return err
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return ctx.Err()
+	}
+	if err := send(ChatChunk{Choices: []ChunkChoice{{Delta: ChunkDelta{Role: "assistant"}}}}); err != nil {
+		return usage, err
+	}
+	for _, part := range splitWords(reply.Text, 3) {
+		if err := send(ChatChunk{Choices: []ChunkChoice{{Delta: ChunkDelta{Content: part}}}}); err != nil {
+			return usage, err
+		}
+	}
+	if len(calls) > 0 {
+		if err := send(ChatChunk{Choices: []ChunkChoice{{Delta: ChunkDelta{ToolCalls: calls}}}}); err != nil {
+			return usage, err
+		}
+	}
+	if err := send(ChatChunk{Choices: []ChunkChoice{{FinishReason: &finish}}}); err != nil {
+		return usage, err
+	}
+	if err := send(ChatChunk{Choices: []ChunkChoice{}, Usage: &usage}); err != nil {
+		return usage, err
+	}
+	_, err := fmt.Fprint(w, "data: [DONE]\n\n")
+	return usage, err
+}
+
+// splitWords cuts s into about n pieces at spaces, so a stream has deltas.
+func splitWords(s string, n int) []string {
+	if s == "" {
+		return nil
+	}
+	size := len(s)/n + 1
+	var out []string
+	for len(s) > size {
+		i := strings.IndexByte(s[size:], ' ')
+		if i < 0 {
+			break
+		}
+		out = append(out, s[:size+i+1])
+		s = s[size+i+1:]
+	}
+	return append(out, s)
+}

@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/affido/affido/internal/problem"
+)
+
+// Provider answers chat completion requests.
+type Provider interface {
+	// Known reports whether the provider serves model.
+	Known(model string) bool
+	// List returns the models to advertise.
+	List() []string
+	// Serve writes the answer to w and returns the usage it saw.
+	Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest, raw []byte) (ChatUsage, error)
+}
+
+// List returns the models the fake serves.
+func (f *Fake) List() []string { return f.Models }
+
+// Serve with the raw body unused, for Provider.
+type fakeProvider struct{ *Fake }
+
+func (p fakeProvider) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest, _ []byte) (ChatUsage, error) {
+	return p.Fake.Serve(ctx, w, req)
+}
+
+// FakeProvider returns the scripted model as a Provider.
+func FakeProvider(f *Fake) Provider { return fakeProvider{f} }
+
+// Caller is who is calling: the user whose sandbox presented its token
+// from its own address. status is non-zero when the call is refused.
+type Caller func(r *http.Request) (user string, status int, why string)
+
+// UsageRecorder stores per-user usage.
+type UsageRecorder interface {
+	RecordUsage(ctx context.Context, user, model string, in, out int64) error
+}
+
+// Handler serves /v1/gateway/chat/completions and /v1/gateway/models.
+type Handler struct {
+	Caller   Caller
+	Provider Provider
+	Usage    UsageRecorder
+	Log      *slog.Logger
+}
+
+// MaxBody bounds a chat request.
+const MaxBody = 8 << 20
+
+// Register adds the gateway routes to mux.
+func (h *Handler) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/gateway/chat/completions", h.completions)
+	mux.HandleFunc("GET /v1/gateway/models", h.models)
+}
+
+func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
+	if _, status, why := h.Caller(r); status != 0 {
+		problem.Write(w, status, "gateway-auth", why)
+		return
+	}
+	var data []map[string]string
+	for _, m := range h.Provider.List() {
+		data = append(data, map[string]string{"id": m, "object": "model"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+}
+
+func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
+	user, status, why := h.Caller(r)
+	if status != 0 {
+		problem.Write(w, status, "gateway-auth", why)
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("chat requests are limited to %d bytes", MaxBody))
+		return
+	}
+	var req ChatRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		problem.Write(w, http.StatusBadRequest, "bad-request", "body is not a chat completions request: "+err.Error())
+		return
+	}
+	if req.Model == "" || len(req.Messages) == 0 {
+		problem.Write(w, http.StatusBadRequest, "bad-request", "model and messages are required")
+		return
+	}
+	if !h.Provider.Known(req.Model) {
+		problem.Write(w, http.StatusBadRequest, "unknown-model", fmt.Sprintf("model %q is not served here; GET /v1/gateway/models lists them", req.Model))
+		return
+	}
+	usage, err := h.Provider.Serve(r.Context(), w, req, raw)
+	if err != nil {
+		h.Log.Warn("gateway: provider failed", "user", user, "model", req.Model, "err", err)
+	}
+	if usage.PromptTokens+usage.CompletionTokens > 0 && h.Usage != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := h.Usage.RecordUsage(ctx, user, req.Model, usage.PromptTokens, usage.CompletionTokens); err != nil {
+			h.Log.Warn("gateway: usage not recorded", "user", user, "err", err)
+		}
+	}
+}
+
+// OpenRouter forwards requests to an OpenAI-compatible provider, adding the
+// key the manager holds. Nothing from the sandbox's credentials goes upstream.
+type OpenRouter struct {
+	URL    string   // base URL, e.g. https://openrouter.ai/api/v1
+	Key    string   // the provider key; never sent to a sandbox
+	Allow  []string // models allowed; empty allows any "vendor/model" name
+	Client *http.Client
+}
+
+// Known reports whether model may be requested.
+func (o *OpenRouter) Known(model string) bool {
+	if len(o.Allow) == 0 {
+		return strings.Contains(model, "/") && !strings.ContainsAny(model, " \t\n")
+	}
+	for _, m := range o.Allow {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// List returns the allowed models.
+func (o *OpenRouter) List() []string { return o.Allow }
+
+// Serve forwards raw upstream and streams the answer back, reading the
+// usage chunk as it passes.
+func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest, raw []byte) (ChatUsage, error) {
+	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(o.URL, "/")+"/chat/completions", bytes.NewReader(raw))
+	if err != nil {
+		return ChatUsage{}, err
+	}
+	up.Header.Set("Content-Type", "application/json")
+	up.Header.Set("Authorization", "Bearer "+o.Key)
+	client := o.Client
+	if client == nil {
+		client = &http.Client{Timeout: 10 * time.Minute}
+	}
+	resp, err := client.Do(up)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusBadGateway, 2, "upstream-unavailable", "the model provider could not be reached")
+		return ChatUsage{}, err
+	}
+	defer resp.Body.Close()
+	for _, k := range []string{"Content-Type", "Retry-After"} {
+		if v := resp.Header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	fl, _ := w.(http.Flusher)
+	var usage ChatUsage
+	rd := bufio.NewReader(resp.Body)
+	for {
+		line, err := rd.ReadBytes('\n')
+		if len(line) > 0 {
+			if _, werr := w.Write(line); werr != nil {
+				return usage, werr
+			}
+			if fl != nil && bytes.Equal(bytes.TrimSpace(line), nil) {
+				fl.Flush()
+			}
+			readUsage(line, &usage)
+		}
+		if errors.Is(err, io.EOF) {
+			if fl != nil {
+				fl.Flush()
+			}
+			return usage, nil
+		}
+		if err != nil {
+			return usage, err
+		}
+	}
+}
+
+// readUsage picks the usage object out of an SSE data line or a JSON body.
+func readUsage(line []byte, u *ChatUsage) {
+	line = bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(line), []byte("data:")))
+	if !bytes.Contains(line, []byte(`"usage"`)) {
+		return
+	}
+	var c struct {
+		Usage *ChatUsage `json:"usage"`
+	}
+	if json.Unmarshal(line, &c) == nil && c.Usage != nil {
+		*u = *c.Usage
+	}
+}

@@ -1,0 +1,192 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/manager/gateway"
+)
+
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recorder) RecordUsage(_ context.Context, user, model string, in, out int64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, user+" "+model)
+	return nil
+}
+
+func caller(r *http.Request) (string, int, string) {
+	if r.Header.Get("Authorization") != "Bearer sb-token" {
+		return "", http.StatusUnauthorized, "bad sandbox token"
+	}
+	return "u1", 0, ""
+}
+
+func gatewayServer(t *testing.T, p gateway.Provider, rec *recorder) *httptest.Server {
+	mux := http.NewServeMux()
+	(&gateway.Handler{Caller: caller, Provider: p, Usage: rec, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func ask(t *testing.T, c *modelclient.Client, model string, msgs ...durable.Message) (durable.ModelResponse, error) {
+	t.Helper()
+	var deltas []string
+	resp, err := c.Stream(context.Background(), durable.ModelRequest{Model: model, Messages: msgs,
+		Tools: []durable.ToolSpec{{Name: "shell", Parameters: json.RawMessage(`{"type":"object"}`)}}},
+		func(d string) { deltas = append(deltas, d) })
+	if err == nil && resp.Text != strings.Join(deltas, "") {
+		t.Fatalf("deltas %q do not add up to %q", deltas, resp.Text)
+	}
+	return resp, err
+}
+
+func TestFakeRulesOverTheWire(t *testing.T) {
+	rec := &recorder{}
+	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo", "fake/alt"})), rec)
+	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
+	user := func(s string) durable.Message { return durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] " + s} }
+
+	tests := []struct {
+		in       string
+		wantText string
+		wantTool string
+		wantArgs string
+	}{
+		{"hello there, how are you today?", "echo: hello there, how are you today?", "", ""},
+		{"run: ls -la /workspace", "", "shell", `{"command":"ls -la /workspace"}`},
+		{"read notes/a.txt", "", "read_file", `{"path":"notes/a.txt"}`},
+		{"write a.txt: hello world", "", "write_file", `{"content":"hello world","path":"a.txt"}`},
+		{"list", "", "list_files", `{"path":""}`},
+		{"search apples", "", "corpus_search", `{"query":"apples"}`},
+	}
+	for _, tt := range tests {
+		resp, err := ask(t, c, "fake/echo", user(tt.in))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.in, err)
+		}
+		if resp.Text != tt.wantText {
+			t.Errorf("%q: text %q, want %q", tt.in, resp.Text, tt.wantText)
+		}
+		if tt.wantTool == "" {
+			if len(resp.ToolCalls) != 0 {
+				t.Errorf("%q: unexpected tool calls %v", tt.in, resp.ToolCalls)
+			}
+			continue
+		}
+		if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != tt.wantTool || string(resp.ToolCalls[0].Arguments) != tt.wantArgs || resp.ToolCalls[0].ID == "" {
+			t.Errorf("%q: tool calls %+v", tt.in, resp.ToolCalls)
+		}
+		if resp.StopReason != "tool_calls" {
+			t.Errorf("%q: stop reason %q", tt.in, resp.StopReason)
+		}
+	}
+	// After a tool result, the fake reports it.
+	resp, err := ask(t, c, "fake/alt", user("run: echo hi"),
+		durable.Message{Role: "assistant", ToolCalls: []durable.ToolCall{{ID: "c1", Name: "shell", Arguments: json.RawMessage(`{}`)}}},
+		durable.Message{Role: "tool", ToolCallID: "c1", Content: "hi\n"})
+	if err != nil || resp.Text != "shell returned:\nhi\n" || resp.Model != "fake/alt" || resp.Usage.InputTokens == 0 {
+		t.Fatalf("after tool: %+v %v", resp, err)
+	}
+	if len(rec.calls) != len(tests)+1 || rec.calls[0] != "u1 fake/echo" {
+		t.Fatalf("usage records %v", rec.calls)
+	}
+}
+
+func TestBadCallsAreRefused(t *testing.T) {
+	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
+	_, err := ask(t, modelclient.New(srv.URL+"/v1/gateway", "sb-token"), "fake/nope", durable.Message{Role: "user", Content: "x"})
+	if err == nil || durable.IsTransient(err) || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("unknown model: %v", err)
+	}
+	_, err = ask(t, modelclient.New(srv.URL+"/v1/gateway", "stolen"), "fake/echo", durable.Message{Role: "user", Content: "x"})
+	if err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("bad token: %v", err)
+	}
+	resp, err := http.Post(srv.URL+"/v1/gateway/chat/completions", "application/json", strings.NewReader("{not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 { // the token is checked first
+		t.Fatalf("no token, bad body: %d", resp.StatusCode)
+	}
+}
+
+// The openrouter path against a local OpenAI-compatible server: the key is
+// added upstream, the sandbox's token never goes there, and nothing of the
+// key comes back to the sandbox.
+func TestOpenRouterAddsKeyUpstream(t *testing.T) {
+	var mu sync.Mutex
+	var seen []http.Header
+	var bodies []string
+	fake := gateway.NewFake([]string{"vendor/model"})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		if r.URL.Path != "/api/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-or-secret" {
+			http.Error(w, "unauthorized", 401)
+			return
+		}
+		var req gateway.ChatRequest
+		_ = json.Unmarshal(b, &req)
+		fake.Serve(r.Context(), w, req)
+	}))
+	defer upstream.Close()
+	rec := &recorder{}
+	srv := gatewayServer(t, &gateway.OpenRouter{URL: upstream.URL + "/api/v1", Key: "sk-or-secret"}, rec)
+	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
+	resp, err := ask(t, c, "vendor/model", durable.Message{Role: "user", Content: "ping"})
+	if err != nil || resp.Text != "echo: ping" {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	mu.Lock()
+	first := bodies[0]
+	for _, h := range seen {
+		for k, vs := range h {
+			for _, v := range vs {
+				if strings.Contains(v, "sb-token") {
+					t.Fatalf("sandbox token went upstream in %s", k)
+				}
+			}
+		}
+	}
+	mu.Unlock()
+	if strings.Contains(first, "sb-token") {
+		t.Fatal("sandbox token in the upstream body")
+	}
+	if len(rec.calls) != 1 || rec.calls[0] != "u1 vendor/model" {
+		t.Fatalf("usage %v", rec.calls)
+	}
+	// Nothing the sandbox can receive carries the key: not the answer, not an error.
+	for _, model := range []string{"vendor/model", "not a model"} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/chat/completions", strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"x"}],"stream":true}`))
+		req.Header.Set("Authorization", "Bearer sb-token")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if strings.Contains(string(b), "sk-or-secret") || strings.Contains(r.Header.Get("Authorization"), "sk-") {
+			t.Fatalf("the key reached the sandbox: %s", b)
+		}
+	}
+}

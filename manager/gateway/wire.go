@@ -1,0 +1,76 @@
+// Package gateway is the manager's model gateway: an OpenAI-compatible
+// chat/completions endpoint that sandboxes reach through Caddy's gateway
+// listener. It authenticates the sandbox, records usage per user, and
+// forwards to the configured provider, which holds the real key; model
+// secrets never enter a sandbox.
+package gateway
+
+import "encoding/json"
+
+// ChatRequest is the OpenAI chat completions request, as far as we read it.
+type ChatRequest struct {
+	Model         string          `json:"model"`
+	Messages      []ChatMessage   `json:"messages"`
+	Tools         []ChatTool      `json:"tools,omitempty"`
+	Stream        bool            `json:"stream,omitempty"`
+	StreamOptions json.RawMessage `json:"stream_options,omitempty"`
+}
+
+// ChatMessage is one message.
+type ChatMessage struct {
+	Role       string         `json:"role"`
+	Content    string         `json:"content"`
+	ToolCalls  []ChatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+}
+
+// ChatToolCall is a tool call in a message or a stream delta.
+type ChatToolCall struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments,omitempty"`
+	} `json:"function"`
+}
+
+// ChatTool declares a tool.
+type ChatTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	} `json:"function"`
+}
+
+// ChatUsage is token usage.
+type ChatUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// ChatChunk is one streamed chunk.
+type ChatChunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Model   string        `json:"model"`
+	Choices []ChunkChoice `json:"choices"`
+	Usage   *ChatUsage    `json:"usage,omitempty"`
+}
+
+// ChunkChoice is one choice of a chunk.
+type ChunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        ChunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"`
+}
+
+// ChunkDelta is the new part of a message.
+type ChunkDelta struct {
+	Role      string         `json:"role,omitempty"`
+	Content   string         `json:"content,omitempty"`
+	ToolCalls []ChatToolCall `json:"tool_calls,omitempty"`
+}
