@@ -70,6 +70,9 @@ var migrations = []string{
 	ALTER TABLE tasks_v2 RENAME TO tasks;
 	CREATE INDEX tasks_by_state ON tasks (state, id);
 	CREATE INDEX tasks_by_deadline ON tasks (deadline) WHERE state = 'sleeping';`,
+
+	// 3: small named settings of the host (the current conversation).
+	`CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;`,
 }
 
 // SchemaVersion is the schema version this build writes.

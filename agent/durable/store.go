@@ -507,3 +507,26 @@ func (s *Store) Usage(ctx context.Context, conv int64) (Usage, error) {
 	}
 	return u, nil
 }
+
+// Setting returns a host setting, or "" when unset.
+func (s *Store) Setting(ctx context.Context, key string) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	row, err := s.db.Get(ctx, `SELECT value FROM settings WHERE key = ?`, key)
+	if errors.Is(err, ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return row["value"].(string), nil
+}
+
+// SetSetting stores a host setting.
+func (s *Store) SetSetting(ctx context.Context, key, value string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.db.Run(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+}

@@ -1,47 +1,116 @@
-// Package server is the agent's HTTP API inside its sandbox container.
-//
-// This is the first slice of ARCHITECTURE.md section 4: liveness, cached
-// status, and the pause/wake handshake with the manager. The durable runtime
-// (agent/durable) and the storage-opening routes land on top of it.
+// Package server is the agent's HTTP API inside its sandbox container
+// (ARCHITECTURE.md section 4). Storage (the session database and the
+// durable harness over it) opens on the first request to a route that needs
+// it; /health, /status, /ingest, /pause and the workspace file routes never
+// open it, and /status answers from a small cache written whenever storage
+// opens or closes.
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/affido/affido/agent/corpus"
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
 )
 
+// Config is what the server needs.
+type Config struct {
+	User         string
+	SessionDB    string // the SQLite file; its directory also holds the status cache and the corpus
+	Workspace    string
+	Model        durable.Model
+	DefaultModel string
+	// Models lists the models the gateway serves (to refuse an unknown one
+	// before anything is written). Nil accepts any.
+	Models  func(ctx context.Context) ([]string, error)
+	Harness durable.Options // Model and DefaultModel are filled from above
+	Log     *slog.Logger
+}
+
 // Server is the agent's HTTP server.
 type Server struct {
-	User      string
-	Workspace string
-	SessionDB string
-	Started   time.Time
+	cfg    Config
+	ws     workspace.Workspace
+	corpus *corpus.Corpus
 
-	inflight atomic.Int64 // requests being served, this one excluded where it asks
+	inflight atomic.Int64
 
-	mu     sync.Mutex
-	paused bool // storage closed at the manager's request
+	mu        sync.Mutex // guards h and wakeTimer; held while storage opens or closes
+	h         *durable.Harness
+	wakeTimer *time.Timer
+}
+
+// New returns a server. If the status cache says storage was open when the
+// process last stopped (a crash), storage opens at once so unfinished work
+// resumes without waiting for a request.
+func New(cfg Config) *Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace},
+		corpus: &corpus.Corpus{Dir: filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")}}
+	if st, err := s.readStatus(); err == nil && st.StorageOpen {
+		if _, err := s.storage(context.Background()); err != nil {
+			cfg.Log.Error("reopen storage after an unclean stop", "err", err)
+		}
+	}
+	return s
 }
 
 // Handler returns the agent's routes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", s.health)
-	mux.HandleFunc("GET /status", s.status)
-	mux.HandleFunc("POST /pause", s.pause)
-	mux.HandleFunc("POST /wake", s.wake)
+	allowed := map[string][]string{} // path -> methods, for 405 answers
+	handle := func(pattern string, h http.HandlerFunc) {
+		method, p, _ := strings.Cut(pattern, " ")
+		allowed[p] = append(allowed[p], method)
+		mux.HandleFunc(pattern, h)
+	}
+	handle("GET /health", s.health)
+	handle("GET /status", s.status)
+	handle("POST /ingest", s.ingest)
+	handle("GET /raw", s.raw)
+	handle("GET /session", s.session)
+	handle("POST /session/new", s.sessionNew)
+	handle("POST /session/switch", s.sessionSwitch)
+	handle("POST /reset", s.reset)
+	handle("GET /inspect", s.inspect)
+	handle("GET /entry", s.entry)
+	handle("GET /files", s.files)
+	handle("GET /file", s.file)
+	handle("POST /prompt", s.prompt)
+	handle("POST /pause", s.pause)
+	handle("POST /wake", s.wake)
+	handle("PUT /uploads/{path...}", s.upload)
+	handle("GET /uploads/{path...}", s.download("uploads"))
+	handle("GET /artifacts/{path...}", s.download("artifacts"))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.URL.Path)
+		if methods, ok := allowed[r.URL.Path]; ok {
+			w.Header().Set("Allow", strings.Join(methods, ", "))
+			problem.Write(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed on "+r.URL.Path)
+			return
+		}
+		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 	})
 	return s.track(mux)
 }
 
-// track counts in-flight requests so /pause?if_idle=1 can refuse while busy.
+// track counts requests in flight so /pause?if_idle=1 can refuse while busy.
 func (s *Server) track(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.inflight.Add(1)
@@ -50,45 +119,255 @@ func (s *Server) track(next http.Handler) http.Handler {
 	})
 }
 
+// status cache
+
+type statusCache struct {
+	User           string     `json:"user"`
+	StorageOpen    bool       `json:"storage_open"`
+	Model          string     `json:"model"`
+	ConversationID int64      `json:"conversation_id,omitempty"`
+	EntryCount     int64      `json:"entry_count"`
+	NextWakeAt     *time.Time `json:"next_wake_at,omitempty"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+}
+
+func (s *Server) statusPath() string {
+	return filepath.Join(filepath.Dir(s.cfg.SessionDB), "status.json")
+}
+
+func (s *Server) readStatus() (statusCache, error) {
+	var st statusCache
+	b, err := os.ReadFile(s.statusPath())
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(b, &st)
+}
+
+// writeStatus records the cache. Caller holds s.mu.
+func (s *Server) writeStatus(ctx context.Context, open bool) {
+	st := statusCache{User: s.cfg.User, StorageOpen: open, Model: s.cfg.DefaultModel, UpdatedAt: time.Now().UTC()}
+	if s.h != nil {
+		if conv, err := s.currentConversation(ctx, s.h); err == nil {
+			st.ConversationID = conv
+			st.EntryCount, _ = s.h.Store().EntryCount(ctx, conv)
+			if c, err := s.h.Store().Conversation(ctx, conv); err == nil && c.Settings["model"] != "" {
+				st.Model = c.Settings["model"]
+			}
+		}
+		if due, err := s.h.NextDueAt(ctx); err == nil && !due.IsZero() {
+			st.NextWakeAt = &due
+		}
+	} else if old, err := s.readStatus(); err == nil {
+		st.ConversationID, st.EntryCount, st.NextWakeAt = old.ConversationID, old.EntryCount, old.NextWakeAt
+	}
+	b, _ := json.Marshal(st)
+	tmp := s.statusPath() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err == nil {
+		_ = os.Rename(tmp, s.statusPath())
+	}
+}
+
+// storage
+
+// storage returns the open harness, opening the session database first if needed.
+func (s *Server) storage(ctx context.Context) (*durable.Harness, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.h != nil {
+		return s.h, nil
+	}
+	if s.wakeTimer != nil {
+		s.wakeTimer.Stop()
+		s.wakeTimer = nil
+	}
+	db, err := sqlite.Open(ctx, s.cfg.SessionDB)
+	if err != nil {
+		return nil, err
+	}
+	store, err := durable.OpenStore(ctx, db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	opts := s.cfg.Harness
+	opts.Model, opts.DefaultModel, opts.Log = s.cfg.Model, s.cfg.DefaultModel, s.cfg.Log
+	h, err := durable.Open(ctx, store, opts)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	if err := h.Resume(); err != nil {
+		h.Close()
+		return nil, err
+	}
+	s.h = h
+	s.writeStatus(ctx, true)
+	s.cfg.Log.Info("storage opened", "db", s.cfg.SessionDB)
+	return h, nil
+}
+
+// closeStorage closes the harness and records the status cache; it returns
+// the next due time of the work it leaves behind. Caller holds s.mu.
+func (s *Server) closeStorage(ctx context.Context) (time.Time, error) {
+	if s.h == nil {
+		st, _ := s.readStatus()
+		if st.NextWakeAt != nil {
+			return *st.NextWakeAt, nil
+		}
+		return time.Time{}, nil
+	}
+	due, err := s.h.NextDueAt(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s.writeStatus(ctx, true) // counts while still open
+	if err := s.h.Close(); err != nil {
+		return time.Time{}, err
+	}
+	s.h = nil
+	s.writeStatus(ctx, false)
+	s.cfg.Log.Info("storage closed")
+	return due, nil
+}
+
+// Close closes storage (on shutdown).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.closeStorage(context.Background())
+	return err
+}
+
+const currentKey = "current_conversation"
+
+func (s *Server) currentConversation(ctx context.Context, h *durable.Harness) (int64, error) {
+	v, err := h.Store().Setting(ctx, currentKey)
+	if err != nil {
+		return 0, err
+	}
+	if v == "" {
+		return durable.RootConversation, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+// handlers that never open storage
+
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st, err := s.readStatus()
+	if err != nil {
+		st = statusCache{User: s.cfg.User, Model: s.cfg.DefaultModel}
+	}
 	s.mu.Lock()
-	paused := s.paused
+	st.StorageOpen = s.h != nil
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"user":           s.User,
-		"storage_closed": paused,
-		"uptime_seconds": int(time.Since(s.Started).Seconds()),
-	})
+	writeJSON(w, http.StatusOK, st)
 }
 
 // pause closes storage. With if_idle=1 (the manager's call) it answers 409
-// while any other request is in flight. next_wake_at is the earliest stored
-// deadline; null while nothing sleeps.
+// while another request is in flight or any task is ready or running.
+// next_wake_at is the earliest stored deadline; null when nothing sleeps.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("if_idle") == "1" && s.inflight.Load() > 1 {
-		problem.Write(w, http.StatusConflict, "busy", "a request is in flight")
+	ifIdle := r.URL.Query().Get("if_idle") == "1"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ifIdle {
+		if s.inflight.Load() > 1 {
+			problem.Write(w, http.StatusConflict, "busy", "a request is in flight")
+			return
+		}
+		if s.h != nil {
+			due, err := s.h.NextDueAt(r.Context())
+			if err != nil {
+				problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+				return
+			}
+			if s.h.Busy() || (!due.IsZero() && !due.After(time.Now())) {
+				problem.Write(w, http.StatusConflict, "busy", "a task is running or due")
+				return
+			}
+		}
+	}
+	due, err := s.closeStorage(r.Context())
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
-	s.mu.Lock()
-	s.paused = true
-	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"next_wake_at": nil})
+	var next *time.Time
+	if !due.IsZero() {
+		next = &due
+		// If nobody freezes this process, come back on time by ourselves.
+		s.wakeTimer = time.AfterFunc(time.Until(due), func() {
+			if _, err := s.storage(context.Background()); err != nil {
+				s.cfg.Log.Error("reopen storage at the wake time", "err", err)
+			}
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"next_wake_at": next})
 }
 
-// wake reopens storage and runs due work.
+// wake reopens storage and runs due work (the manager calls it at wake_at).
 func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	s.paused = false
-	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"woken": true})
+	h, err := s.storage(r.Context())
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	h.Wake()
+	due, _ := h.NextDueAt(r.Context())
+	var next *time.Time
+	if !due.IsZero() {
+		next = &due
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"woken": true, "next_wake_at": next})
 }
+
+// helpers
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// MaxJSONBody bounds JSON request bodies.
+const MaxJSONBody = 1 << 20
+
+// decodeBody reads a JSON body strictly: unknown fields and trailing data
+// are errors. It writes the problem itself and reports false on failure.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("bodies are limited to %d bytes", MaxJSONBody))
+			return false
+		}
+		problem.Write(w, http.StatusBadRequest, "bad-json", "the body is not the expected JSON: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		problem.Write(w, http.StatusBadRequest, "bad-json", "the body has data after the JSON object")
+		return false
+	}
+	return true
+}
+
+// storageOr503 opens storage or answers with a problem.
+func (s *Server) storageOr503(w http.ResponseWriter, r *http.Request) *durable.Harness {
+	h, err := s.storage(r.Context())
+	if err != nil {
+		s.cfg.Log.Error("open storage", "err", err)
+		problem.Write(w, http.StatusServiceUnavailable, "storage-unavailable", "the session database could not be opened: "+err.Error())
+		return nil
+	}
+	return h
 }

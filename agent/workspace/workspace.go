@@ -1,0 +1,182 @@
+// Package workspace gives confined access to the user's workspace volume.
+// Every path is relative to the workspace root; absolute paths, ".." that
+// leaves the root and symlinks that lead outside are refused before
+// anything is read or written (os.Root enforces the last two).
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrBadPath is returned for a path that is not a clean relative path inside the workspace.
+var ErrBadPath = errors.New("path is outside the workspace")
+
+// Workspace is a directory tree the agent may use.
+type Workspace struct {
+	Dir string
+}
+
+// Clean checks p and returns it in canonical form ("." for the root).
+func Clean(p string) (string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%w: %q contains NUL", ErrBadPath, p)
+	}
+	if p == "" {
+		return ".", nil
+	}
+	if path.IsAbs(p) || strings.HasPrefix(p, `\`) {
+		return "", fmt.Errorf("%w: %q is absolute", ErrBadPath, p)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: %q contains ..", ErrBadPath, p)
+		}
+	}
+	return path.Clean(p), nil
+}
+
+func (w Workspace) root() (*os.Root, error) {
+	if err := os.MkdirAll(w.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	return os.OpenRoot(w.Dir)
+}
+
+// confine maps os.Root's escape errors to ErrBadPath.
+func confine(err error) error {
+	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
+		return fmt.Errorf("%w: %v", ErrBadPath, err)
+	}
+	return err
+}
+
+// FileInfo describes one workspace entry.
+type FileInfo struct {
+	Name     string    `json:"name"`
+	Path     string    `json:"path"`
+	Dir      bool      `json:"dir"`
+	Size     int64     `json:"size"`
+	Modified time.Time `json:"modified"`
+}
+
+// List lists the directory p.
+func (w Workspace) List(p string) ([]FileInfo, error) {
+	p, err := Clean(p)
+	if err != nil {
+		return nil, err
+	}
+	r, err := w.root()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, err := r.Open(p)
+	if err != nil {
+		return nil, confine(err)
+	}
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, confine(err)
+	}
+	out := []FileInfo{}
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		out = append(out, FileInfo{Name: e.Name(), Path: path.Join(p, e.Name()), Dir: e.IsDir(), Size: info.Size(), Modified: info.ModTime().UTC()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Read returns up to limit bytes of file p, and whether it was cut.
+func (w Workspace) Read(p string, limit int64) ([]byte, bool, error) {
+	p, err := Clean(p)
+	if err != nil {
+		return nil, false, err
+	}
+	r, err := w.root()
+	if err != nil {
+		return nil, false, err
+	}
+	defer r.Close()
+	f, err := r.Open(p)
+	if err != nil {
+		return nil, false, confine(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	if st.IsDir() {
+		return nil, false, fmt.Errorf("%s is a directory", p)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if int64(len(b)) > limit {
+		return b[:limit], true, nil
+	}
+	return b, false, nil
+}
+
+// Write writes data to p, creating parent directories. It writes a temporary
+// file and renames it into place, so a crash leaves the old or the new bytes.
+func (w Workspace) Write(p string, data io.Reader, limit int64) (int64, error) {
+	p, err := Clean(p)
+	if err != nil {
+		return 0, err
+	}
+	if p == "." {
+		return 0, fmt.Errorf("%w: cannot write the workspace root", ErrBadPath)
+	}
+	r, err := w.root()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	if dir := path.Dir(p); dir != "." {
+		if err := r.MkdirAll(dir, 0o755); err != nil {
+			return 0, confine(err)
+		}
+	}
+	if st, err := r.Lstat(p); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		return 0, fmt.Errorf("%w: %s is a symlink", ErrBadPath, p)
+	}
+	tmp := path.Join(path.Dir(p), "."+path.Base(p)+".tmp")
+	f, err := r.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, confine(err)
+	}
+	n, err := io.Copy(f, io.LimitReader(data, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("file is larger than %d bytes", limit)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = r.Remove(tmp)
+		return 0, err
+	}
+	if err := r.Rename(tmp, p); err != nil {
+		_ = r.Remove(tmp)
+		return 0, confine(err)
+	}
+	return n, nil
+}
