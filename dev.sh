@@ -188,6 +188,13 @@ cmd_up() {
     *) die "--provider must be fake or openrouter" ;;
   esac
   export AFFIDO_PROVIDER
+  if [[ $AFFIDO_PROVIDER == openrouter && -z "${AFFIDO_OPENROUTER_KEY:-}" ]]; then
+    local keyfile=${AFFIDO_SECRETS_FILE:-.secrets/openrouter.key}
+    [[ -r "$keyfile" ]] || die "--provider openrouter needs the key in $keyfile (or AFFIDO_OPENROUTER_KEY, or AFFIDO_SECRETS_FILE=path)"
+    AFFIDO_OPENROUTER_KEY=$(tr -d '[:space:]' < "$keyfile")
+    export AFFIDO_OPENROUTER_KEY
+    [[ -n "${AFFIDO_DEFAULT_MODEL:-}" ]] || die "--provider openrouter needs AFFIDO_DEFAULT_MODEL, for example openai/gpt-4o-mini"
+  fi
   cmd_build
   port_free_or_ours
   say "starting the control plane ($AFFIDO_STACK)"

@@ -258,14 +258,20 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// status answers from the cache; while storage is open anyway it refreshes
+// the cache from it first (that opens nothing).
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	if s.h != nil {
+		s.writeStatus(r.Context(), true)
+	}
+	open := s.h != nil
+	s.mu.Unlock()
 	st, err := s.readStatus()
 	if err != nil {
 		st = statusCache{User: s.cfg.User, Model: s.cfg.DefaultModel}
 	}
-	s.mu.Lock()
-	st.StorageOpen = s.h != nil
-	s.mu.Unlock()
+	st.StorageOpen = open
 	writeJSON(w, http.StatusOK, st)
 }
 

@@ -59,7 +59,9 @@ func TestFakeRulesOverTheWire(t *testing.T) {
 	rec := &recorder{}
 	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo", "fake/alt"})), rec)
 	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
-	user := func(s string) durable.Message { return durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] " + s} }
+	user := func(s string) durable.Message {
+		return durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] " + s}
+	}
 
 	tests := []struct {
 		in       string
