@@ -16,6 +16,7 @@ import (
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/agent/server"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
@@ -80,7 +81,8 @@ func serve(ctx context.Context) error {
 		Models:       model.Models,
 		Harness: durable.Options{
 			System: systemPrompt,
-			Tools:  tools.Builtin(workspace.Workspace{Dir: ws}, env("AFFIDO_SHELL", "/bin/sh")),
+			Tools:  append(tools.Builtin(workspace.Workspace{Dir: ws}, env("AFFIDO_SHELL", "/bin/sh")), reminders.Tools()...),
+			Kinds:  map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}},
 			Redact: redactor.Redact,
 		},
 		Log: log,

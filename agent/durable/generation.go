@@ -251,6 +251,7 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 		nt.CreatedAt = h.Now()
 		newTasks = append(newTasks, nt)
 	}
+	newTasks = append(newTasks, res.Updates...)
 	cp.Executing = false
 	cp.Next++
 	if cp.Next == len(cp.Calls) {

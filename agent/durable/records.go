@@ -29,6 +29,7 @@ const (
 	ResetMarker      EntryKind = "reset"             // cuts the context; the conversation stays
 	SummaryEntry     EntryKind = "summary"           // compaction: replaces the entries before Head
 	ErrorEntry       EntryKind = "error"             // a run that ended in an error
+	ReminderEntry    EntryKind = "reminder"          // a reminder that fired
 	CitationEntry    EntryKind = "citation"          // room for the citations gate
 	ApprovalEntry    EntryKind = "approval"          // room for approvals
 )

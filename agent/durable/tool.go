@@ -37,6 +37,8 @@ type ToolResult struct {
 	// Tasks are created in the same commit as the result (a reminder's
 	// sleeping task, for example); IDs are assigned by the harness.
 	Tasks []Task
+	// Updates replace existing tasks in the same commit (cancelling a reminder).
+	Updates []Task
 }
 
 // runTool executes a tool, turning errors and panics into error results the

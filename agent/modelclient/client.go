@@ -251,3 +251,25 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 	c.mu.Unlock()
 	return models, nil
 }
+
+// Notify hands a notification to the manager through the gateway. key makes
+// repeated hand-offs of the same notification one delivery.
+func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) error {
+	b, _ := json.Marshal(map[string]any{"key": key, "text": text, "due_at": due})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/notify", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("notify: %s: %s", resp.Status, msg)
+	}
+	return nil
+}

@@ -100,6 +100,19 @@ func adminCmd() *cobra.Command {
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
 		&cobra.Command{
+			Use:   "notify USER URL",
+			Short: "Send USER's notifications (reminders) to an ntfy-compatible URL (\"\" for none)",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var m map[string]string
+				if err := adminCall(http.MethodPost, "/admin/notify", url.Values{"user": {args[0]}, "url": {args[1]}}, &m); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "notifications of %s go to %q\n", args[0], args[1])
+				return nil
+			},
+		},
+		&cobra.Command{
 			Use:   "session USER TOKEN",
 			Short: "Create USER if needed and store TOKEN as a 30-day web session",
 			Args:  cobra.ExactArgs(2),

@@ -18,6 +18,7 @@ import (
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
+	"github.com/affido/affido/manager/notify"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/server"
@@ -166,8 +167,10 @@ func serve(ctx context.Context) error {
 	if cfg.Provider == "openrouter" {
 		provider = &gateway.OpenRouter{URL: cfg.OpenRouterURL, Key: cfg.OpenRouterKey, Allow: cfg.OpenRouterModels}
 	}
+	deliverer := notify.New(store, log)
+	go deliverer.Run(ctx)
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
-		Provider: provider, Usage: store}
+		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick}
 	admin := &server.Admin{Manager: mgr, Store: store}
 	errc := make(chan error, 2)
 	servers := []*http.Server{

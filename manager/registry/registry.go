@@ -319,3 +319,69 @@ func (s *Store) RecordUsage(ctx context.Context, user, model string, in, out int
 	}
 	return nil
 }
+
+// Notification is one notification to deliver.
+type Notification struct {
+	ID     int64
+	UserID string
+	Key    string
+	Text   string
+	DueAt  *time.Time
+	Tries  int
+	URL    string // the user's notify_url at claim time
+}
+
+// EnqueueNotification stores a notification once per (user, key) and
+// reports whether it was new.
+func (s *Store) EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO notifications (user_id, key, text, due_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (user_id, key) DO NOTHING`, user, key, text, due)
+	if err != nil {
+		return false, fmt.Errorf("enqueue notification for %s: %w", user, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// DueNotifications returns pending notifications whose next attempt is due.
+func (s *Store) DueNotifications(ctx context.Context, limit int) ([]Notification, error) {
+	rows, err := s.pool.Query(ctx, `SELECT n.id, n.user_id, n.key, n.text, n.due_at, n.tries, coalesce(u.notify_url, '')
+		FROM notifications n LEFT JOIN users u ON u.id = n.user_id
+		WHERE n.status = 'pending' AND n.next_attempt_at <= now() ORDER BY n.next_attempt_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("due notifications: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Notification, error) {
+		var n Notification
+		err := r.Scan(&n.ID, &n.UserID, &n.Key, &n.Text, &n.DueAt, &n.Tries, &n.URL)
+		return n, err
+	})
+}
+
+// RecordNotificationTry stores one delivery try and the notification's new
+// state: delivered, pending again at next, or failed/no_endpoint.
+func (s *Store) RecordNotificationTry(ctx context.Context, id int64, try int, code int, errText, status string, next time.Time) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var c any
+		if code != 0 {
+			c = code
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO notification_attempts (notification_id, try, status_code, error) VALUES ($1, $2, $3, $4)
+			ON CONFLICT DO NOTHING`, id, try, c, errText); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE notifications SET tries = $2, status = $3, next_attempt_at = $4,
+			delivered_at = CASE WHEN $3 = 'delivered' THEN now() ELSE delivered_at END WHERE id = $1`, id, try, status, next)
+		return err
+	})
+}
+
+// SetNotifyURL sets where a user's notifications go ("" for nowhere).
+func (s *Store) SetNotifyURL(ctx context.Context, user, url string) error {
+	if err := s.EnsureUser(ctx, user); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE users SET notify_url = $2 WHERE id = $1`, user, url); err != nil {
+		return fmt.Errorf("set notify url of %s: %w", user, err)
+	}
+	return nil
+}

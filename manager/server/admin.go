@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/affido/affido/internal/problem"
@@ -42,6 +43,17 @@ func (a *Admin) Handler() http.Handler {
 		}
 		writeJSON(w, map[string]string{"user": user, "token": tok})
 		return nil
+	}))
+	mux.HandleFunc("POST /admin/notify", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		u := r.URL.Query().Get("url")
+		if u != "" {
+			parsed, err := url.Parse(u)
+			if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+				problem.Write(w, http.StatusBadRequest, "bad-url", "the notify URL must be an http(s) URL")
+				return nil
+			}
+		}
+		return a.Store.SetNotifyURL(r.Context(), user, u)
 	}))
 	mux.HandleFunc("POST /admin/session", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		tok := r.URL.Query().Get("token")

@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -65,7 +66,12 @@ type Server struct {
 	// Provider answers the gateway's chat completions (fake or openrouter).
 	Provider gateway.Provider
 	Usage    gateway.UsageRecorder
-	Log      *slog.Logger
+	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
+	Notifications interface {
+		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time) (bool, error)
+	}
+	Kick func()
+	Log  *slog.Logger
 	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
 	AuthTimeout time.Duration
 }
@@ -79,6 +85,7 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
+	mux.HandleFunc("POST /v1/gateway/notify", s.notify)
 	if s.Provider != nil {
 		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log}).Register(mux)
 	}
@@ -232,4 +239,43 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"user":"` + sb.UserID + `"}` + "\n"))
+}
+
+// notify takes a notification from a sandbox (a reminder that fired) and
+// queues it for delivery; the same key twice is stored once.
+func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
+	user, status, why := s.caller(r)
+	if status != 0 {
+		problem.Write(w, status, "gateway-auth", why)
+		return
+	}
+	var body struct {
+		Key   string     `json:"key"`
+		Text  string     `json:"text"`
+		DueAt *time.Time `json:"due_at"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err := dec.Decode(&body); err != nil {
+		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
+		return
+	}
+	if body.Key == "" || len(body.Key) > 200 || body.Text == "" || len(body.Text) > 4000 {
+		problem.Write(w, http.StatusBadRequest, "bad-notification", "key (1-200 bytes) and text (1-4000 bytes) are required")
+		return
+	}
+	if s.Notifications == nil {
+		problem.Write(w, http.StatusNotFound, "not-found", "notifications are not configured")
+		return
+	}
+	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	if s.Kick != nil {
+		s.Kick()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	_ = json.NewEncoder(w).Encode(map[string]any{"key": body.Key, "queued": created})
 }

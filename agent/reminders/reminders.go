@@ -1,0 +1,198 @@
+// Package reminders gives the agent reminders that fire on time even when
+// its sandbox sleeps: a reminder is a sleeping task whose deadline is
+// stored, so the host (the manager) can wake the sandbox for it. When due it
+// writes a reminder entry in its conversation, then hands a notification to
+// the gateway (at least once: the entry is written first, the hand-off is
+// retried with stored backoff).
+package reminders
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/affido/affido/agent/durable"
+)
+
+// Kind is the task kind name.
+const Kind = "reminder"
+
+// Notifier hands a notification to the manager. key makes it idempotent.
+type Notifier func(ctx context.Context, key, text string, due time.Time) error
+
+type checkpoint struct {
+	Text    string    `json:"text"`
+	Due     time.Time `json:"due"`
+	Phase   string    `json:"phase"` // "wait", then "notify"
+	Late    bool      `json:"late,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+}
+
+// Task runs reminders.
+type Task struct {
+	Notify Notifier
+	// MaxAttempts bounds hand-offs to the gateway (default 10, backoff 2 s doubling to 5 min).
+	MaxAttempts int
+}
+
+// Step fires the reminder, then notifies.
+func (k Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	h := sc.Harness()
+	var cp checkpoint
+	if err := json.Unmarshal(t.Checkpoint, &cp); err != nil {
+		return durable.StepResult{}, err
+	}
+	now := h.Now()
+	switch cp.Phase {
+	case "wait":
+		id, err := h.Store().MintID()
+		if err != nil {
+			return durable.StepResult{}, err
+		}
+		text := "Reminder: " + cp.Text
+		data, _ := json.Marshal(map[string]any{"task_id": t.ID, "due": cp.Due, "fired": now, "late_ms": now.Sub(cp.Due).Milliseconds()})
+		cp.Phase = "notify"
+		t.State, t.Deadline = durable.Running, nil
+		t.Checkpoint, _ = json.Marshal(cp)
+		return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
+			Kind: durable.ReminderEntry, Text: text, At: now, RunID: t.ID, Data: data}}}, nil
+	case "notify":
+		err := k.Notify(ctx, fmt.Sprintf("reminder-%d", t.ID), cp.Text, cp.Due)
+		if err == nil {
+			t.State, t.Outcome, t.Deadline = durable.Terminal, durable.Completed, nil
+			return durable.StepResult{Task: t}, nil
+		}
+		if ctx.Err() != nil {
+			return durable.StepResult{}, ctx.Err()
+		}
+		max := k.MaxAttempts
+		if max == 0 {
+			max = 10
+		}
+		cp.Attempt++
+		if cp.Attempt >= max {
+			t.State, t.Outcome, t.Error = durable.Terminal, durable.Failed, "notification not handed over: "+err.Error()
+			return durable.StepResult{Task: t}, nil
+		}
+		delay := min(2*time.Second<<(cp.Attempt-1), 5*time.Minute)
+		due := now.Add(delay)
+		t.State, t.Deadline = durable.Sleeping, &due
+		t.Checkpoint, _ = json.Marshal(cp)
+		return durable.StepResult{Task: t}, nil
+	}
+	return durable.StepResult{}, fmt.Errorf("reminder: unknown phase %q", cp.Phase)
+}
+
+// ParseWhen reads an "at" time (RFC 3339) or an "after" duration (Go
+// syntax, e.g. 20s, 90m, 1h30m) into an absolute time.
+func ParseWhen(now time.Time, at, after string) (time.Time, error) {
+	switch {
+	case at != "" && after != "":
+		return time.Time{}, errors.New("give either at or after, not both")
+	case at != "":
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("at must be an RFC 3339 time such as 2026-12-01T15:00:00Z: %v", err)
+		}
+		return t.UTC(), nil
+	case after != "":
+		d, err := time.ParseDuration(after)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("after must be a duration such as 20s, 15m or 2h: %v", err)
+		}
+		if d < 0 {
+			return time.Time{}, errors.New("after must not be negative")
+		}
+		return now.Add(d).UTC(), nil
+	}
+	return time.Time{}, errors.New("give at (a time) or after (a duration)")
+}
+
+func schema(props string, required ...string) json.RawMessage {
+	req, _ := json.Marshal(required)
+	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `}`)
+}
+
+// Tools returns set_reminder, list_reminders and cancel_reminder.
+func Tools() []durable.Tool {
+	return []durable.Tool{
+		{
+			Name:        "set_reminder",
+			Description: "Set a reminder for a time (at, RFC 3339) or after a duration (after, e.g. 20m). It fires even if the sandbox sleeps, and notifies the owner.",
+			Parameters:  schema(`"text":{"type":"string"},"at":{"type":"string"},"after":{"type":"string"}`, "text"),
+			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+				var a struct{ Text, At, After string }
+				if err := json.Unmarshal(args, &a); err != nil {
+					return durable.ToolResult{}, fmt.Errorf("invalid arguments: %w", err)
+				}
+				if strings.TrimSpace(a.Text) == "" {
+					return durable.ToolResult{}, errors.New("text is required")
+				}
+				due, err := ParseWhen(c.Now, a.At, a.After)
+				if err != nil {
+					return durable.ToolResult{}, err
+				}
+				cp := checkpoint{Text: a.Text, Due: due, Phase: "wait", Late: due.Before(c.Now)}
+				raw, _ := json.Marshal(cp)
+				out := fmt.Sprintf("Reminder set for %s: %s", due.Format(time.RFC3339), a.Text)
+				if cp.Late {
+					out = fmt.Sprintf("%s is in the past, so the reminder fires now: %s", due.Format(time.RFC3339), a.Text)
+				}
+				return durable.ToolResult{Output: out, Tasks: []durable.Task{{Kind: Kind, State: durable.Sleeping, Deadline: &due, Checkpoint: raw, Background: true}}}, nil
+			},
+		},
+		{
+			Name:        "list_reminders",
+			Description: "List the reminders that have not fired yet.",
+			Parameters:  schema(""),
+			Safe:        true,
+			Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
+				live, err := c.Store.LiveTasks(ctx)
+				if err != nil {
+					return durable.ToolResult{}, err
+				}
+				var b strings.Builder
+				for _, t := range live {
+					var cp checkpoint
+					if t.Kind != Kind || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+						continue
+					}
+					fmt.Fprintf(&b, "%d\t%s\t%s\n", t.ID, cp.Due.Format(time.RFC3339), cp.Text)
+				}
+				if b.Len() == 0 {
+					return durable.ToolResult{Output: "no pending reminders"}, nil
+				}
+				return durable.ToolResult{Output: "id\tdue\ttext\n" + b.String()}, nil
+			},
+		},
+		{
+			Name:        "cancel_reminder",
+			Description: "Cancel a pending reminder by its id (from list_reminders).",
+			Parameters:  schema(`"id":{"type":"string"}`, "id"),
+			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+				var a struct {
+					ID json.RawMessage `json:"id"`
+				}
+				if err := json.Unmarshal(args, &a); err != nil {
+					return durable.ToolResult{}, fmt.Errorf("invalid arguments: %w", err)
+				}
+				id, err := strconv.ParseInt(strings.Trim(string(a.ID), `"`), 10, 64)
+				if err != nil {
+					return durable.ToolResult{}, fmt.Errorf("id must be a reminder id from list_reminders")
+				}
+				t, err := c.Store.Task(ctx, id)
+				var cp checkpoint
+				if err != nil || t.Kind != Kind || t.State != durable.Sleeping || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+					return durable.ToolResult{}, fmt.Errorf("no pending reminder %d", id)
+				}
+				now := c.Now
+				t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
+				return durable.ToolResult{Output: fmt.Sprintf("cancelled reminder %d: %s", id, cp.Text), Updates: []durable.Task{t}}, nil
+			},
+		},
+	}
+}

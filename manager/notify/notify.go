@@ -1,0 +1,129 @@
+// Package notify delivers the notifications sandboxes hand to the gateway
+// (reminders) to each user's ntfy-compatible URL: a POST of the text, up to
+// MaxTries times with backoff, every try recorded in the registry. Delivery
+// is at least once.
+package notify
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/affido/affido/manager/registry"
+)
+
+// MaxTries is how often a notification is tried before it is marked failed.
+const MaxTries = 5
+
+// Store is what the deliverer needs of the registry.
+type Store interface {
+	DueNotifications(ctx context.Context, limit int) ([]registry.Notification, error)
+	RecordNotificationTry(ctx context.Context, id int64, try, code int, errText, status string, next time.Time) error
+}
+
+// Deliverer sends due notifications.
+type Deliverer struct {
+	Store  Store
+	Client *http.Client
+	Log    *slog.Logger
+	// Backoff is the wait after failed try n (1-based); default 1 s doubling.
+	Backoff func(try int) time.Duration
+
+	kick chan struct{}
+}
+
+// New returns a deliverer.
+func New(store Store, log *slog.Logger) *Deliverer {
+	return &Deliverer{Store: store, Log: log, Client: &http.Client{Timeout: 10 * time.Second}, kick: make(chan struct{}, 1)}
+}
+
+// Kick makes the deliverer look for due notifications now.
+func (d *Deliverer) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends.
+func (d *Deliverer) Run(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.kick:
+		}
+		ns, err := d.Store.DueNotifications(ctx, 50)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.Log.Warn("notifications: list due", "err", err)
+			}
+			continue
+		}
+		for _, n := range ns {
+			d.deliver(ctx, n)
+		}
+	}
+}
+
+func (d *Deliverer) backoff(try int) time.Duration {
+	if d.Backoff != nil {
+		return d.Backoff(try)
+	}
+	return time.Second << (try - 1)
+}
+
+func (d *Deliverer) deliver(ctx context.Context, n registry.Notification) {
+	try := n.Tries + 1
+	if n.URL == "" {
+		_ = d.Store.RecordNotificationTry(ctx, n.ID, try, 0, "the user has no notify URL", "no_endpoint", time.Now())
+		return
+	}
+	code, err := d.post(ctx, n)
+	status, next, errText := "delivered", time.Now(), ""
+	if err != nil {
+		errText = err.Error()
+		status, next = "pending", time.Now().Add(d.backoff(try))
+		if try >= MaxTries {
+			status = "failed"
+		}
+	}
+	if rerr := d.Store.RecordNotificationTry(ctx, n.ID, try, code, errText, status, next); rerr != nil {
+		d.Log.Warn("notifications: record try", "id", n.ID, "err", rerr)
+	}
+	d.Log.Info("notification try", "user", n.UserID, "key", n.Key, "try", try, "status", status, "code", code, "err", errText)
+	if status == "pending" {
+		time.AfterFunc(d.backoff(try), d.Kick)
+	}
+}
+
+// post sends the notification the way ntfy expects it: the text as body, a title header.
+func (d *Deliverer) post(ctx context.Context, n registry.Notification) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, strings.NewReader(n.Text))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	req.Header.Set("Title", "Affido reminder")
+	req.Header.Set("X-Affido-Notification", n.Key)
+	if n.DueAt != nil {
+		req.Header.Set("X-Affido-Due", n.DueAt.UTC().Format(time.RFC3339Nano))
+	}
+	resp, err := d.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode/100 != 2 {
+		return resp.StatusCode, fmt.Errorf("endpoint answered %s", resp.Status)
+	}
+	return resp.StatusCode, nil
+}
