@@ -3,18 +3,38 @@
 //
 //	probe ADDR...           try a TCP connection to each; print "ADDR open" or "ADDR closed <why>"
 //	probe -get URL [TOKEN]  GET URL (with a bearer token); print the status code and body
+//	probe -sink ADDR        a notification sink: log every request as a JSON line; paths
+//	                        starting /fail answer 500
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
+func sink(addr string) {
+	enc := json.NewEncoder(os.Stdout)
+	http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		enc.Encode(map[string]any{"at": time.Now().UTC().Format(time.RFC3339Nano), "path": r.URL.Path,
+			"key": r.Header.Get("X-Affido-Notification"), "due": r.Header.Get("X-Affido-Due"), "body": string(b)})
+		if strings.HasPrefix(r.URL.Path, "/fail") {
+			http.Error(w, "failing on purpose", 500)
+		}
+	}))
+}
+
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == "-sink" {
+		sink(os.Args[2])
+		return
+	}
 	if len(os.Args) > 2 && os.Args[1] == "-get" {
 		req, err := http.NewRequest("GET", os.Args[2], nil)
 		if err != nil {

@@ -1,0 +1,224 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The e2e stack pauses after 3 s idle, stops after 8 s and removes the
+// container after 13 s (run.sh), so a reminder due 6 s, 11 s and 20 s
+// ahead fires while the sandbox is paused, stopped and removed.
+
+func sinkName() string { return stack + "-sink" }
+
+func startSink(t *testing.T) {
+	t.Helper()
+	if out, _ := dockerTry("inspect", "-f", "{{.State.Running}}", sinkName()); strings.TrimSpace(out) == "true" {
+		return
+	}
+	dockerTry("rm", "-f", sinkName())
+	docker(t, "run", "-d", "--name", sinkName(), "--label", "affido.stack="+stack, "--network", stack+"_control", "affido/probe:test", "-sink", ":9999")
+}
+
+type delivery struct {
+	At   time.Time `json:"at"`
+	Path string    `json:"path"`
+	Key  string    `json:"key"`
+	Due  string    `json:"due"`
+	Body string    `json:"body"`
+}
+
+func deliveries(t *testing.T, path string) []delivery {
+	t.Helper()
+	var out []delivery
+	sc := bufio.NewScanner(strings.NewReader(docker(t, "logs", sinkName())))
+	for sc.Scan() {
+		var d delivery
+		if json.Unmarshal(sc.Bytes(), &d) == nil && d.Path == path {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func reminderUser(t *testing.T, prefix, sinkPath string) (string, string) {
+	user, tok := newUser(t, prefix)
+	docker(t, "exec", managerName(), "/bin/affido", "admin", "notify", user, "http://"+sinkName()+":9999"+sinkPath)
+	return user, tok
+}
+
+// setReminder asks for a reminder in d and returns its due time.
+func setReminder(t *testing.T, user, tok string, d time.Duration, text string) time.Time {
+	t.Helper()
+	r := prompt(t, user, tok, map[string]any{"text": fmt.Sprintf("remind in %s: %s", d, text)})
+	i := strings.Index(r.Reply, "Reminder set for ")
+	if i < 0 {
+		t.Fatalf("set_reminder: %+v", r)
+	}
+	rest := r.Reply[i+len("Reminder set for "):]
+	if len(rest) < 20 {
+		t.Fatalf("set_reminder reply %q", r.Reply)
+	}
+	due, err := time.Parse(time.RFC3339, rest[:20])
+	if err != nil {
+		t.Fatalf("due time in %q: %v", r.Reply, err)
+	}
+	return due
+}
+
+func waitDelivery(t *testing.T, path string, within time.Duration) delivery {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if ds := deliveries(t, path); len(ds) > 0 {
+			return ds[0]
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no notification at %s within %v", path, within)
+	return delivery{}
+}
+
+func checkReminder(t *testing.T, user, tok, path, state string, ahead time.Duration) {
+	due := setReminder(t, user, tok, ahead, "stretch "+user)
+	want := map[string]string{"paused": "paused", "stopped": "exited", "removed": "missing"}[state]
+	waitStatus(t, user, want, ahead)
+	d := waitDelivery(t, path, time.Until(due)+15*time.Second)
+	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
+	late := d.At.Sub(dueExact)
+	t.Logf("reminder while %s: delivered %v after its time", state, late.Round(time.Millisecond))
+	if late < 0 || late > 2*time.Second {
+		t.Errorf("reminder while %s: delivered %v after its time, want within 2 s", state, late)
+	}
+	if !strings.Contains(d.Body, "stretch "+user) {
+		t.Errorf("notification body %q", d.Body)
+	}
+	// The reminder entry is in the conversation.
+	found := false
+	for _, e := range inspectOf(t, user, tok).Entries.Items {
+		found = found || (e.Kind == "reminder" && strings.Contains(e.Text, "stretch "+user))
+	}
+	if !found {
+		t.Error("no reminder entry in the conversation")
+	}
+	time.Sleep(3 * time.Second)
+	if n := len(deliveries(t, path)); n != 1 {
+		t.Errorf("reminder delivered %d times", n)
+	}
+}
+
+func TestRemindersFireInSleepingSandboxes(t *testing.T) {
+	startSink(t)
+	for _, tc := range []struct {
+		state string
+		ahead time.Duration
+	}{{"paused", 6 * time.Second}, {"stopped", 11 * time.Second}, {"removed", 20 * time.Second}} {
+		t.Run(tc.state, func(t *testing.T) {
+			t.Parallel()
+			user, tok := reminderUser(t, "rem-"+tc.state, "/"+tc.state)
+			checkReminder(t, user, tok, "/"+tc.state, tc.state, tc.ahead)
+		})
+	}
+}
+
+func TestReminderSurvivesManagerRestart(t *testing.T) {
+	startSink(t)
+	user, tok := reminderUser(t, "rem-restart", "/restart")
+	due := setReminder(t, user, tok, 7*time.Second, "after restart")
+	waitStatus(t, user, "paused", 7*time.Second)
+	docker(t, "kill", "-s", "KILL", managerName())
+	time.Sleep(500 * time.Millisecond)
+	docker(t, "start", managerName())
+	waitManagerHealthy(t)
+	d := waitDelivery(t, "/restart", time.Until(due)+15*time.Second)
+	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
+	if late := d.At.Sub(dueExact); late > 2*time.Second {
+		t.Errorf("after a manager restart the reminder came %v late", late)
+	}
+	time.Sleep(2 * time.Second)
+	if n := len(deliveries(t, "/restart")); n != 1 {
+		t.Errorf("delivered %d times", n)
+	}
+}
+
+func TestReminderFailingNotificationEndpoint(t *testing.T) {
+	startSink(t)
+	user, tok := reminderUser(t, "rem-fail", "/fail")
+	setReminder(t, user, tok, time.Second, "will not arrive")
+	waitUntil(t, 40*time.Second, "five recorded tries", func() bool {
+		out := docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
+			"SELECT n.status || ' ' || count(a.*) FROM notifications n JOIN notification_attempts a ON a.notification_id = n.id WHERE n.user_id = '"+user+"' GROUP BY n.status")
+		return strings.TrimSpace(out) == "failed 5"
+	})
+	if n := len(deliveries(t, "/fail")); n != 5 {
+		t.Errorf("the sink saw %d tries, want 5", n)
+	}
+	found := false
+	for _, e := range inspectOf(t, user, tok).Entries.Items {
+		found = found || e.Kind == "reminder"
+	}
+	if !found {
+		t.Error("the reminder entry is missing after failed delivery")
+	}
+}
+
+func TestReminderToolBadInput(t *testing.T) {
+	user, tok := newUser(t, "rem-bad")
+	r := prompt(t, user, tok, map[string]any{"text": "remind at tomorrow-ish: x"})
+	if !strings.Contains(r.Reply, "RFC 3339") {
+		t.Fatalf("malformed time: %q", r.Reply)
+	}
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	r = prompt(t, user, tok, map[string]any{"text": "remind at " + past + ": already late"})
+	if !strings.Contains(r.Reply, "in the past, so the reminder fires now") {
+		t.Fatalf("past time: %q", r.Reply)
+	}
+	waitUntil(t, 10*time.Second, "the past reminder fires at once", func() bool {
+		for _, e := range inspectOf(t, user, tok).Entries.Items {
+			if e.Kind == "reminder" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
+	user, tok := newUser(t, "busy")
+	mustGet(t, user, tok, "/health")
+	run := prompt(t, user, tok, map[string]any{"text": "run: sleep 2", "wait": false})
+	_ = run
+	time.Sleep(300 * time.Millisecond)
+	if r := post(t, user, tok, "/pause?if_idle=1", ""); r.Code != 409 {
+		t.Fatalf("pause during a running prompt: %d %s", r.Code, r.Body)
+	}
+	// Another request in flight: a slow upload.
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		req, _ := http.NewRequest("PUT", baseURL+"/u/"+user+"/uploads/slow.bin", pr)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		close(done)
+	}()
+	pw.Write([]byte(strings.Repeat("a", 1024)))
+	time.Sleep(2500 * time.Millisecond) // the prompt has finished by now
+	if r := post(t, user, tok, "/pause?if_idle=1", ""); r.Code != 409 {
+		t.Fatalf("pause during an upload: %d %s", r.Code, r.Body)
+	}
+	pw.Close()
+	<-done
+	if r := post(t, user, tok, "/pause?if_idle=1", ""); r.Code != 200 {
+		t.Fatalf("idle pause: %d %s", r.Code, r.Body)
+	}
+}
