@@ -30,6 +30,7 @@ Commands:
   status                           control plane, sandboxes with their state, volumes
   logs [SERVICE]                   follow the control plane's logs
   token USER                       print a new API token for USER (creates the user)
+  bench [FLAGS]                    measure the running stack against its floors (affido bench --help)
   down                             stop the control plane; sandbox containers and all data stay
   reset [-y] [--keep-images]       remove every Affido container, network, volume and image (asks unless -y)
   help                             this text
@@ -245,6 +246,12 @@ cmd_token() {
   admin token "$1"
 }
 
+cmd_bench() {
+  [[ -n "$(manager_id)" ]] || die "the control plane is not running (./dev.sh up)"
+  CGO_ENABLED=0 go build -trimpath -o "$BUILD/bin/" ./cmd/affido
+  "$BUILD/bin/affido" bench --url "http://127.0.0.1:$AFFIDO_PORT" --stack "$AFFIDO_STACK" "$@"
+}
+
 cmd_down() {
   compose stop
   echo "stopped; sandbox containers, volumes and the registry are kept (./dev.sh up to start again)"
@@ -288,6 +295,7 @@ main() {
     status) cmd_status ;;
     logs) cmd_logs "$@" ;;
     token) cmd_token "$@" ;;
+    bench) cmd_bench "$@" ;;
     down) cmd_down ;;
     reset) cmd_reset "$@" ;;
     help|-h|--help) usage ;;

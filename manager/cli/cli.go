@@ -16,7 +16,7 @@ func Run(ctx context.Context, args []string) error {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(managerCmd(), adminCmd())
+	root.AddCommand(managerCmd(), adminCmd(), benchCmd())
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }

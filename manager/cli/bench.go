@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/affido/affido/manager/bench"
+)
+
+func benchCmd() *cobra.Command {
+	cfg := bench.Config{Log: os.Stderr}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a running stack (./dev.sh bench): each path next to its floor, in one run",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Out == "" {
+				cfg.Out = fmt.Sprintf("bench-results/bench-%s.json", time.Now().UTC().Format("20060102-150405"))
+			}
+			_, err := bench.Run(cmd.Context(), cfg, cmd.OutOrStdout())
+			if err == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "\nJSON: %s\n", cfg.Out)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.URL, "url", "http://127.0.0.1:18080", "Caddy's published address")
+	f.StringVar(&cfg.Stack, "stack", envOr("AFFIDO_STACK", "affido"), "the stack's AFFIDO_STACK")
+	f.StringVar(&cfg.Image, "image", "affido/agent:dev", "the agent image (for the floor)")
+	f.IntVar(&cfg.Users, "users", 10, "cold provisions and resumes")
+	f.IntVar(&cfg.Burst, "burst", 10, "new users at once")
+	f.IntVar(&cfg.SameUser, "same-user", 50, "concurrent first requests for one user")
+	f.IntVar(&cfg.Warm, "warm", 300, "sequential warm requests per path")
+	f.IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent warm requests for requests/s")
+	f.IntVar(&cfg.Prompts, "prompts", 30, "prompt round trips per kind")
+	f.StringVar(&cfg.Out, "out", "", "JSON output (default bench-results/bench-<time>.json)")
+	cmd.AddCommand(&cobra.Command{
+		Use:    "durable-child PATH",
+		Short:  "Internal: the process the durable recovery benchmark kills",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE:   func(cmd *cobra.Command, args []string) error { return bench.DurableChild(cmd.Context(), args[0]) },
+	})
+	return cmd
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
