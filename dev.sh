@@ -57,10 +57,10 @@ check_prereqs() {
   command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH (need Go 1.26)"
   command -v docker >/dev/null 2>&1 || die "docker is not installed (Debian: apt-get install docker.io)"
   docker info >/dev/null 2>&1 || die "the Docker engine is not running or not reachable (start dockerd; check DOCKER_HOST and permissions on /var/run/docker.sock)"
-  [[ -x /bin/busybox ]] && file_is_static /bin/busybox || die "a static busybox is needed for the agent image (Debian: apt-get install busybox-static)"
+  command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && command -v bzip2 >/dev/null 2>&1 \
+    || die "make, gcc and bzip2 are needed to build the agent's minimal busybox (Debian: apt-get install build-essential bzip2)"
 }
 
-file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
 
 # docker_build TAG DIR builds with the classic builder, quietly unless it fails.
 docker_build() {
@@ -92,14 +92,30 @@ build_base_images() {
   docker_build affido/postgres:15 images/postgres
 }
 
+# build_busybox builds the agent's busybox from Debian's source with only the
+# listed applets, once per change of the list or the script.
+build_busybox() {
+  local key
+  key=$(cat images/agent/applets images/agent/busybox.sh | sha256sum | cut -c1-16)
+  if [[ -x "$BUILD/busybox/busybox-$key" ]]; then
+    return
+  fi
+  say "building the agent's minimal busybox from Debian's source (about 20 s)"
+  mkdir -p "$BUILD/busybox"
+  images/agent/busybox.sh "$BUILD/busybox/busybox-$key.tmp"
+  mv "$BUILD/busybox/busybox-$key.tmp" "$BUILD/busybox/busybox-$key"
+}
+
 build_agent_context() {
-  local ctx=$BUILD/agent
+  local ctx=$BUILD/agent key
+  build_busybox
+  key=$(cat images/agent/applets images/agent/busybox.sh | sha256sum | cut -c1-16)
   rm -rf "$ctx"
   mkdir -p "$ctx/root/bin" "$ctx/root/etc" "$ctx/root/tmp" "$ctx/owned/data" "$ctx/owned/workspace"
-  cp /bin/busybox "$ctx/root/bin/busybox-minimal"
+  cp "$BUILD/busybox/busybox-$key" "$ctx/root/bin/busybox"
   while read -r applet; do
     [[ -z "$applet" || "$applet" == \#* ]] && continue
-    ln -s busybox-minimal "$ctx/root/bin/$applet"
+    ln -s busybox "$ctx/root/bin/$applet"
   done < images/agent/applets
   cp "$BUILD/bin/affido-agent" "$ctx/root/bin/affido-agent"
   printf 'root:x:0:0:root:/:/bin/false\nagent:x:10001:10001:agent:/workspace:/bin/sh\n' > "$ctx/root/etc/passwd"

@@ -231,7 +231,7 @@ func TestAgentKilledDuringSafeReadReruns(t *testing.T) {
 	mustGet(t, user, tok, "/health")
 	name := stack + "-" + user + "-agent"
 	// A FIFO makes read_file block until the test writes into it.
-	docker(t, "exec", name, "/bin/busybox-minimal", "mkfifo", "/workspace/slow.fifo")
+	docker(t, "exec", name, "mkfifo", "/workspace/slow.fifo")
 	run := prompt(t, user, tok, map[string]any{"text": "read slow.fifo", "wait": false})
 	waitIntent(t, user, tok, run.RunID)
 	docker(t, "kill", "-s", "KILL", name)
@@ -297,5 +297,28 @@ func TestSandboxEgressOnlyToGateway(t *testing.T) {
 	// And the model answers only through it, with the sandbox's token.
 	if r := prompt(t, user, tok, map[string]any{"text": "ping through the gateway"}); r.Reply != "echo: ping through the gateway" {
 		t.Fatalf("reply %+v", r)
+	}
+}
+
+// The agent image cannot install anything: no package manager or download
+// tool exists, even as a hidden busybox applet, and / is read-only.
+func TestAgentImageHasNoPowers(t *testing.T) {
+	user, tok := newUser(t, "nopowers")
+	mustGet(t, user, tok, "/health")
+	name := stack + "-" + user + "-agent"
+	for _, tool := range []string{"apt", "apt-get", "dpkg", "npm", "npx", "corepack", "pip", "pip3", "apk", "wget", "curl", "nc", "ftpget", "tftp", "telnet", "httpd", "ssh"} {
+		out, err := dockerTry("exec", name, "sh", "-c", "command -v "+tool+" || "+tool+" --help; busybox "+tool+" --help")
+		if err == nil || !(strings.Contains(out, "not found")) {
+			t.Errorf("%s is available in the sandbox: %s", tool, out)
+		}
+	}
+	if out, err := dockerTry("exec", name, "sh", "-c", "echo x > /pwned"); err == nil || !strings.Contains(out, "Read-only") {
+		t.Errorf("writing to / worked: %v %s", err, out)
+	}
+	r := prompt(t, user, tok, map[string]any{"text": "run: apt-get install -y curl; pip install requests; wget http://example.com/x; npm i left-pad"})
+	for _, tool := range []string{"apt-get", "pip", "wget", "npm"} {
+		if !strings.Contains(r.Reply, tool+": not found") {
+			t.Errorf("the model's shell trying %s: %q", tool, r.Reply)
+		}
 	}
 }

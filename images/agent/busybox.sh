@@ -6,7 +6,7 @@
 # Usage: images/agent/busybox.sh OUT_BINARY
 set -euo pipefail
 
-out=$1
+out=$(realpath -m "$1")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
