@@ -133,6 +133,7 @@ build_images() {
   rm -rf "$m" "$c"
   mkdir -p "$m" "$c"
   cp images/manager/Dockerfile "$BUILD/bin/affido" "$m/"
+  "$BUILD/bin/affido" marketplace build --src marketplace/skills --out "$m/marketplace" >/dev/null
   if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
     cp /etc/ssl/certs/ca-certificates.crt "$m/"
   else

@@ -18,6 +18,7 @@ import (
 	"github.com/affido/affido/agent/modelclient"
 	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/agent/server"
+	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
 )
@@ -85,6 +86,8 @@ func serve(ctx context.Context) error {
 			Kinds:  map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}},
 			Redact: redactor.Redact,
 		},
+		Skills: &skills.Installer{Workspace: ws, Market: skills.HTTPFetcher{
+			BaseURL: env("AFFIDO_GATEWAY_URL", "http://gateway:8088") + "/v1/gateway/marketplace", Token: os.Getenv("AFFIDO_GATEWAY_TOKEN")}},
 		Log: log,
 	})
 	defer s.Close()

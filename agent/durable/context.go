@@ -68,6 +68,8 @@ func Messages(entries []Entry) []Message {
 		switch e.Kind {
 		case OwnerMessage:
 			out = append(out, Message{Role: "user", Content: "[" + ownerTime(e.At) + "] " + e.Text})
+		case HintEntry:
+			out = append(out, Message{Role: "user", Content: "[harness] " + e.Text})
 		case ReminderEntry:
 			out = append(out, Message{Role: "user", Content: "[" + ownerTime(e.At) + "] [reminder set earlier by the owner] " + e.Text})
 		case OutsideText:

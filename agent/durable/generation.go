@@ -61,10 +61,17 @@ func (generation) Step(ctx context.Context, sc *StepContext, t Task) (StepResult
 		if err != nil {
 			return StepResult{}, err
 		}
-		entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: OwnerMessage, Text: sub.Input.Text, At: sub.CreatedAt, RunID: t.ID}
+		entries := []Entry{{ID: id, ConversationID: t.ConversationID, Kind: OwnerMessage, Text: sub.Input.Text, At: sub.CreatedAt, RunID: t.ID}}
+		if sub.Input.Hint != "" {
+			hid, err := h.store.MintID()
+			if err != nil {
+				return StepResult{}, err
+			}
+			entries = append(entries, Entry{ID: hid, ConversationID: t.ConversationID, Kind: HintEntry, Text: sub.Input.Hint, At: sub.CreatedAt, RunID: t.ID})
+		}
 		sub.Status = Placed
 		t.Checkpoint = mustRaw(genCheckpoint{Phase: phaseRequest})
-		return StepResult{Task: t, Entries: []Entry{entry}, Submissions: []Submission{sub}}, nil
+		return StepResult{Task: t, Entries: entries, Submissions: []Submission{sub}}, nil
 	case phaseRequest:
 		return h.request(ctx, t, cp, sub)
 	case phaseTools:

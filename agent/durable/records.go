@@ -30,6 +30,7 @@ const (
 	SummaryEntry     EntryKind = "summary"           // compaction: replaces the entries before Head
 	ErrorEntry       EntryKind = "error"             // a run that ended in an error
 	ReminderEntry    EntryKind = "reminder"          // a reminder that fired
+	HintEntry        EntryKind = "hint"              // a server-built note for the model (a /skill invocation)
 	CitationEntry    EntryKind = "citation"          // room for the citations gate
 	ApprovalEntry    EntryKind = "approval"          // room for approvals
 )
@@ -118,6 +119,7 @@ type Input struct {
 	RequestID string            `json:"request_id,omitempty"`
 	Model     string            `json:"model,omitempty"`
 	Options   map[string]string `json:"options,omitempty"` // per-prompt settings, e.g. citations
+	Hint      string            `json:"hint,omitempty"`    // server-built note placed right after the message
 }
 
 // Submission is one admitted input and what became of it.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,8 +16,10 @@ import (
 
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/marketplace"
 )
 
 // conversations
@@ -276,7 +279,7 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
-	in := durable.Input{Text: req.Text, RequestID: req.RequestID, Model: req.Model}
+	in := durable.Input{Text: req.Text, RequestID: req.RequestID, Model: req.Model, Hint: s.skillHint(req.Text)}
 	if req.Citations != "" {
 		in.Options = map[string]string{"citations": req.Citations}
 	}
@@ -467,4 +470,78 @@ func (s *Server) raw(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Document-Sha256", v.SHA256)
 		_, _ = w.Write(b)
 	}
+}
+
+// skills routes: never open storage
+
+var skillInvocation = regexp.MustCompile(`^/([a-z0-9][a-z0-9-]{0,63})(\s|$)`)
+
+// skillHint builds the note for a prompt that starts with /skill_name.
+func (s *Server) skillHint(text string) string {
+	m := skillInvocation.FindStringSubmatch(text)
+	if m == nil || s.cfg.Skills == nil {
+		return ""
+	}
+	return s.cfg.Skills.Hint(m[1])
+}
+
+func (s *Server) skillsList(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Skills == nil {
+		problem.Write(w, http.StatusNotFound, "no-skills", "skills are not configured")
+		return
+	}
+	list, err := s.cfg.Skills.List()
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "skills", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"skills": list})
+}
+
+func (s *Server) skillsInstall(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if s.cfg.Skills == nil {
+		problem.Write(w, http.StatusNotFound, "no-skills", "skills are not configured")
+		return
+	}
+	if !marketplace.ValidName(body.Name) || (body.Version != "" && !marketplace.ValidVersion(body.Version)) {
+		problem.Write(w, http.StatusBadRequest, "bad-skill", "name is lower-case letters, digits and -; version like 1.0.0")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
+	defer cancel()
+	got, err := s.cfg.Skills.Install(ctx, body.Name, body.Version)
+	switch {
+	case errors.Is(err, skills.ErrUnknown):
+		problem.Write(w, http.StatusNotFound, "unknown-skill", err.Error())
+	case errors.Is(err, marketplace.ErrInvalid):
+		problem.Write(w, http.StatusBadGateway, "bad-manifest", "the marketplace sent a manifest that was refused; nothing was installed: "+err.Error())
+	case errors.Is(err, skills.ErrIntegrity):
+		problem.Write(w, http.StatusBadGateway, "integrity", "a file did not match the manifest; nothing was installed: "+err.Error())
+	case err != nil:
+		problem.Write(w, http.StatusBadGateway, "install-failed", "nothing was installed: "+err.Error())
+	default:
+		writeJSON(w, http.StatusCreated, got)
+	}
+}
+
+func (s *Server) skillsRemove(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Skills == nil {
+		problem.Write(w, http.StatusNotFound, "no-skills", "skills are not configured")
+		return
+	}
+	if err := s.cfg.Skills.Remove(r.PathValue("name")); errors.Is(err, skills.ErrNotFound) {
+		problem.Write(w, http.StatusNotFound, "not-installed", "no such installed skill")
+		return
+	} else if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "skills", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"removed": r.PathValue("name")})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
 )
@@ -39,6 +40,7 @@ type Config struct {
 	// before anything is written). Nil accepts any.
 	Models  func(ctx context.Context) ([]string, error)
 	Harness durable.Options // Model and DefaultModel are filled from above
+	Skills  *skills.Installer
 	Log     *slog.Logger
 }
 
@@ -99,6 +101,9 @@ func (s *Server) Handler() http.Handler {
 	handle("PUT /uploads/{path...}", s.upload)
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))
+	handle("GET /skills", s.skillsList)
+	handle("POST /skills/install", s.skillsInstall)
+	handle("DELETE /skills/{name}", s.skillsRemove)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if methods, ok := allowed[r.URL.Path]; ok {
 			w.Header().Set("Allow", strings.Join(methods, ", "))

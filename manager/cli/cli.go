@@ -16,7 +16,7 @@ func Run(ctx context.Context, args []string) error {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(managerCmd(), adminCmd(), benchCmd())
+	root.AddCommand(managerCmd(), adminCmd(), benchCmd(), marketplaceCmd())
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }

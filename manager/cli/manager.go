@@ -170,7 +170,7 @@ func serve(ctx context.Context) error {
 	deliverer := notify.New(store, log)
 	go deliverer.Run(ctx)
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
-		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick}
+		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir}
 	admin := &server.Admin{Manager: mgr, Store: store}
 	errc := make(chan error, 2)
 	servers := []*http.Server{

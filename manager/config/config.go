@@ -38,6 +38,7 @@ type Config struct {
 	OpenRouterURL    string        // AFFIDO_OPENROUTER_URL
 	OpenRouterKey    string        // AFFIDO_OPENROUTER_KEY, or the file AFFIDO_OPENROUTER_KEY_FILE
 	OpenRouterModels []string      // AFFIDO_OPENROUTER_MODELS (empty: any vendor/model)
+	MarketplaceDir   string        // AFFIDO_MARKETPLACE_DIR: the built marketplace
 }
 
 func list(s string) []string {
@@ -93,6 +94,7 @@ func Load() (Config, error) {
 		SandboxPids:      num("AFFIDO_SANDBOX_PIDS", 256),
 	}
 	c.Provider = str("AFFIDO_PROVIDER", "fake")
+	c.MarketplaceDir = str("AFFIDO_MARKETPLACE_DIR", "/marketplace")
 	c.FakeModels = list(str("AFFIDO_FAKE_MODELS", "fake/echo,fake/alt"))
 	c.OpenRouterURL = str("AFFIDO_OPENROUTER_URL", "https://openrouter.ai/api/v1")
 	c.OpenRouterModels = list(os.Getenv("AFFIDO_OPENROUTER_MODELS"))

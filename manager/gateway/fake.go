@@ -55,6 +55,9 @@ var rules = []struct {
 	re   *regexp.Regexp
 	call func(m []string) Reply
 }{
+	{regexp.MustCompile(`Read (skills/[a-z0-9-]+/SKILL\.md) with read_file first`), func(m []string) Reply {
+		return call("read_file", map[string]any{"path": m[1]})
+	}},
 	{regexp.MustCompile(`(?s)^run: (.+)$`), func(m []string) Reply { return call("shell", map[string]any{"command": m[1]}) }},
 	{regexp.MustCompile(`^read (\S+)$`), func(m []string) Reply { return call("read_file", map[string]any{"path": m[1]}) }},
 	{regexp.MustCompile(`(?s)^write (\S+?): (.*)$`), func(m []string) Reply {
@@ -111,6 +114,9 @@ func (f *Fake) Answer(req ChatRequest) Reply {
 	text := strings.TrimSpace(timePrefix.ReplaceAllString(last.Content, ""))
 	if last.Role != "user" {
 		return Reply{Text: "echo: " + text}
+	}
+	if strings.HasPrefix(last.Content, "[harness] ") {
+		text = strings.TrimPrefix(last.Content, "[harness] ")
 	}
 	if strings.HasPrefix(last.Content, "[harness] Summarize") {
 		return Reply{Text: fmt.Sprintf("Summary: %d earlier messages.", len(req.Messages)-2)}

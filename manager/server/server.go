@@ -71,6 +71,8 @@ type Server struct {
 		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time) (bool, error)
 	}
 	Kick func()
+	// MarketplaceDir holds the built marketplace served to sandboxes.
+	MarketplaceDir string
 	Log  *slog.Logger
 	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
 	AuthTimeout time.Duration
@@ -86,6 +88,9 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
 	mux.HandleFunc("POST /v1/gateway/notify", s.notify)
+	if s.MarketplaceDir != "" {
+		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)
+	}
 	if s.Provider != nil {
 		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log}).Register(mux)
 	}

@@ -1,0 +1,367 @@
+// Package skills installs marketplace skills into the workspace, file by
+// file: the manifest is checked, every file's size and sha256 is checked as
+// it arrives into a staging directory, the whole skill's digest is checked,
+// and only then is the skill moved into place with a rename. Any failure
+// leaves nothing behind. An installed skill is checked again before use.
+package skills
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/affido/affido/marketplace"
+)
+
+// Errors callers branch on.
+var (
+	ErrUnknown   = errors.New("no such skill or version in the marketplace")
+	ErrIntegrity = errors.New("skill failed its integrity check")
+	ErrNotFound  = errors.New("skill is not installed")
+)
+
+// manifestFile is where an installed skill keeps its manifest; it is not
+// part of the skill's files or digest.
+const manifestFile = ".manifest.json"
+
+// Fetcher gets marketplace paths (index.json, <name>/<version>/manifest.json,
+// <name>/<version>/files/<path>) through the gateway.
+type Fetcher interface {
+	Fetch(ctx context.Context, path string, limit int64) ([]byte, error)
+}
+
+// Installer manages the skills of one workspace.
+type Installer struct {
+	Workspace string
+	Market    Fetcher
+}
+
+func (in *Installer) dir() string     { return filepath.Join(in.Workspace, "skills") }
+func (in *Installer) staging() string { return filepath.Join(in.Workspace, ".skills-staging") }
+
+// Installed is one installed skill and whether it still matches its digest.
+type Installed struct {
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	Description string `json:"description"`
+	Digest      string `json:"digest"`
+	Path        string `json:"path"` // of SKILL.md, relative to the workspace
+	OK          bool   `json:"ok"`
+	Problem     string `json:"problem,omitempty"`
+}
+
+// Install fetches and installs name at version ("" for the latest).
+func (in *Installer) Install(ctx context.Context, name, version string) (Installed, error) {
+	if !marketplace.ValidName(name) || (version != "" && !marketplace.ValidVersion(version)) {
+		return Installed{}, fmt.Errorf("%w: malformed name or version", marketplace.ErrInvalid)
+	}
+	if version == "" {
+		b, err := in.Market.Fetch(ctx, "index.json", 1<<20)
+		if err != nil {
+			return Installed{}, err
+		}
+		var idx marketplace.Index
+		if err := json.Unmarshal(b, &idx); err != nil {
+			return Installed{}, fmt.Errorf("read marketplace index: %w", err)
+		}
+		for _, s := range idx.Skills {
+			if s.Name == name {
+				version = s.Latest
+			}
+		}
+		if version == "" {
+			return Installed{}, fmt.Errorf("%w: %s", ErrUnknown, name)
+		}
+	}
+	raw, err := in.Market.Fetch(ctx, name+"/"+version+"/manifest.json", 1<<20)
+	if err != nil {
+		return Installed{}, err
+	}
+	m, err := marketplace.Parse(raw, name)
+	if err != nil {
+		return Installed{}, err
+	}
+	if m.Version != version {
+		return Installed{}, fmt.Errorf("%w: manifest is for version %s, asked for %s", marketplace.ErrInvalid, m.Version, version)
+	}
+	if err := os.MkdirAll(in.staging(), 0o755); err != nil {
+		return Installed{}, err
+	}
+	stage := filepath.Join(in.staging(), name+"-"+randomSuffix())
+	if err := os.Mkdir(stage, 0o755); err != nil {
+		return Installed{}, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(stage)
+		}
+	}()
+	root, err := os.OpenRoot(stage)
+	if err != nil {
+		return Installed{}, err
+	}
+	defer root.Close()
+	for _, f := range m.Files {
+		b, err := in.Market.Fetch(ctx, name+"/"+version+"/files/"+f.Path, f.Size+1)
+		if err != nil {
+			return Installed{}, err
+		}
+		if int64(len(b)) != f.Size || marketplace.HashBytes(b) != f.SHA256 {
+			return Installed{}, fmt.Errorf("%w: %s does not match its manifest entry (size %d, want %d)", ErrIntegrity, f.Path, len(b), f.Size)
+		}
+		if d := filepath.Dir(f.Path); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return Installed{}, err
+			}
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(f.Path, "scripts/") {
+			mode = 0o755
+		}
+		fh, err := root.OpenFile(f.Path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+		if err != nil {
+			return Installed{}, fmt.Errorf("stage %s: %w", f.Path, err)
+		}
+		_, werr := fh.Write(b)
+		if cerr := fh.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return Installed{}, werr
+		}
+	}
+	if err := verify(stage, m); err != nil {
+		return Installed{}, err
+	}
+	if err := os.WriteFile(filepath.Join(stage, manifestFile), raw, 0o644); err != nil {
+		return Installed{}, err
+	}
+	if err := os.MkdirAll(in.dir(), 0o755); err != nil {
+		return Installed{}, err
+	}
+	final := filepath.Join(in.dir(), name)
+	old := ""
+	if _, err := os.Lstat(final); err == nil { // an upgrade: move the old one aside first
+		old = filepath.Join(in.staging(), "old-"+name+"-"+randomSuffix())
+		if err := os.Rename(final, old); err != nil {
+			return Installed{}, err
+		}
+	}
+	if err := os.Rename(stage, final); err != nil {
+		if old != "" {
+			_ = os.Rename(old, final)
+		}
+		return Installed{}, err
+	}
+	ok = true
+	if old != "" {
+		_ = os.RemoveAll(old)
+	}
+	return in.describe(name, m, nil), nil
+}
+
+func (in *Installer) describe(name string, m marketplace.Manifest, problem error) Installed {
+	out := Installed{Name: name, Version: m.Version, Description: m.Description, Digest: m.Digest, Path: "skills/" + name + "/SKILL.md", OK: problem == nil}
+	if problem != nil {
+		out.Problem = problem.Error()
+	}
+	return out
+}
+
+// verify checks that dir holds exactly the manifest's files, as regular
+// files with the listed sizes and hashes, and that they add up to its digest.
+func verify(dir string, m marketplace.Manifest) error {
+	want := map[string]marketplace.File{}
+	for _, f := range m.Files {
+		want[f.Path] = f
+	}
+	var got []marketplace.File
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		if rel == "." || rel == manifestFile {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%w: %s is a symlink", ErrIntegrity, rel)
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%w: %s is not a regular file", ErrIntegrity, rel)
+		}
+		f, listed := want[rel]
+		if !listed {
+			return fmt.Errorf("%w: %s is not in the manifest", ErrIntegrity, rel)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if int64(len(b)) != f.Size || marketplace.HashBytes(b) != f.SHA256 {
+			return fmt.Errorf("%w: %s was changed", ErrIntegrity, rel)
+		}
+		got = append(got, marketplace.File{Path: rel, Size: int64(len(b)), SHA256: marketplace.HashBytes(b)})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(got) != len(m.Files) {
+		return fmt.Errorf("%w: %d of %d files present", ErrIntegrity, len(got), len(m.Files))
+	}
+	if d := marketplace.Digest(got); d != m.Digest {
+		return fmt.Errorf("%w: digest %s, manifest says %s", ErrIntegrity, d, m.Digest)
+	}
+	return nil
+}
+
+// Check verifies one installed skill again.
+func (in *Installer) Check(name string) (Installed, error) {
+	if !marketplace.ValidName(name) {
+		return Installed{}, ErrNotFound
+	}
+	dir := filepath.Join(in.dir(), name)
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		return Installed{}, ErrNotFound
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		return Installed{Name: name, Problem: "manifest missing"}, fmt.Errorf("%w: manifest missing", ErrIntegrity)
+	}
+	m, err := marketplace.Parse(raw, name)
+	if err != nil {
+		return Installed{Name: name, Problem: err.Error()}, fmt.Errorf("%w: %v", ErrIntegrity, err)
+	}
+	if err := verify(dir, m); err != nil {
+		return in.describe(name, m, err), err
+	}
+	return in.describe(name, m, nil), nil
+}
+
+// List returns every installed skill, each checked again.
+func (in *Installer) List() ([]Installed, error) {
+	ents, err := os.ReadDir(in.dir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return []Installed{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := []Installed{}
+	for _, e := range ents {
+		if !e.IsDir() || !marketplace.ValidName(e.Name()) {
+			continue
+		}
+		s, _ := in.Check(e.Name())
+		if s.Name == "" {
+			s.Name = e.Name()
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Remove deletes an installed skill.
+func (in *Installer) Remove(name string) error {
+	if !marketplace.ValidName(name) {
+		return ErrNotFound
+	}
+	dir := filepath.Join(in.dir(), name)
+	if _, err := os.Lstat(dir); err != nil {
+		return ErrNotFound
+	}
+	trash := filepath.Join(in.staging(), "rm-"+name+"-"+randomSuffix())
+	if err := os.MkdirAll(in.staging(), 0o755); err != nil {
+		return err
+	}
+	if err := os.Rename(dir, trash); err != nil {
+		return err
+	}
+	return os.RemoveAll(trash)
+}
+
+// Hint is the server-built note for a prompt that starts with /name.
+func (in *Installer) Hint(name string) string {
+	s, err := in.Check(name)
+	switch {
+	case err == nil:
+		return fmt.Sprintf("The owner invoked the skill %q. Read skills/%s/SKILL.md with read_file first and follow it.", name, name)
+	case errors.Is(err, ErrNotFound):
+		list, _ := in.List()
+		var names []string
+		for _, l := range list {
+			if l.OK {
+				names = append(names, l.Name)
+			}
+		}
+		installed := "no skills are installed"
+		if len(names) > 0 {
+			installed = "installed skills: " + strings.Join(names, ", ")
+		}
+		return fmt.Sprintf("The owner invoked the skill %q, but it is not installed (%s). Say so honestly; do not pretend to use it.", name, installed)
+	default:
+		return fmt.Sprintf("The owner invoked the skill %q, but it failed its integrity check (%s) and must not be used. Tell the owner.", name, s.Problem)
+	}
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// HTTPFetcher fetches marketplace paths from the gateway.
+type HTTPFetcher struct {
+	BaseURL string // e.g. http://gateway:8088/v1/gateway/marketplace
+	Token   string
+	Client  *http.Client
+}
+
+// Fetch gets one path, at most limit bytes.
+func (f HTTPFetcher) Fetch(ctx context.Context, p string, limit int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(f.BaseURL, "/")+"/"+p, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+f.Token)
+	c := f.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("marketplace: %w", err)
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("%w: %s", ErrUnknown, p)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("marketplace: %s: %s", p, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrIntegrity, p, limit)
+	}
+	return b, nil
+}
