@@ -73,7 +73,7 @@ type Server struct {
 	Kick func()
 	// MarketplaceDir holds the built marketplace served to sandboxes.
 	MarketplaceDir string
-	Log  *slog.Logger
+	Log            *slog.Logger
 	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
 	AuthTimeout time.Duration
 }
