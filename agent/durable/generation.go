@@ -38,6 +38,7 @@ type GateInput struct {
 	// EntryID is the ID the assistant entry will get if the reply passes.
 	EntryID int64
 	Mint    func() (int64, error)
+	Store   *Store
 }
 
 // generation is the built-in task that answers one submission: it places
@@ -155,7 +156,7 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 	var extra []Entry
 	if h.opts.Gate != nil && len(resp.ToolCalls) == 0 {
 		reason, more, err := h.opts.Gate(ctx, GateInput{ConversationID: t.ConversationID, RunID: t.ID, Options: sub.Input.Options,
-			Settings: settings, Reply: resp, EntryID: entryID, Mint: h.store.MintID})
+			Settings: settings, Reply: resp, EntryID: entryID, Mint: h.store.MintID, Store: h.store})
 		if err != nil {
 			return StepResult{}, err
 		}

@@ -530,3 +530,18 @@ func (s *Store) SetSetting(ctx context.Context, key, value string) error {
 	}
 	return s.db.Run(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 }
+
+// RunEntries returns the entries a run (a task) wrote in conv, oldest first.
+func (s *Store) RunEntries(ctx context.Context, conv, run int64) ([]Entry, error) {
+	all, err := s.EntriesSince(ctx, conv, run)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, e := range all {
+		if e.RunID == run {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/skills"
@@ -544,4 +545,26 @@ func (s *Server) skillsRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"removed": r.PathValue("name")})
+}
+
+// citations re-verifies every citation of a run against the stored text.
+func (s *Server) citations(w http.ResponseWriter, r *http.Request) {
+	run, err := strconv.ParseInt(r.URL.Query().Get("runId"), 10, 64)
+	if err != nil || run < 1 {
+		problem.Write(w, http.StatusBadRequest, "bad-run-id", "runId is a positive integer (the run_id of POST /prompt)")
+		return
+	}
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	rep, err := citations.Check(r.Context(), h.Store(), s.corpus, run)
+	switch {
+	case errors.Is(err, citations.ErrUnknownRun):
+		problem.Write(w, http.StatusNotFound, "unknown-run", fmt.Sprintf("no run %d", run))
+	case err != nil:
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, rep)
+	}
 }

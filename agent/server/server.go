@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
@@ -101,6 +102,7 @@ func (s *Server) Handler() http.Handler {
 	handle("PUT /uploads/{path...}", s.upload)
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))
+	handle("GET /corpus/citations", s.citations)
 	handle("GET /skills", s.skillsList)
 	handle("POST /skills/install", s.skillsInstall)
 	handle("DELETE /skills/{name}", s.skillsRemove)
@@ -197,6 +199,8 @@ func (s *Server) storage(ctx context.Context) (*durable.Harness, error) {
 	}
 	opts := s.cfg.Harness
 	opts.Model, opts.DefaultModel, opts.Log = s.cfg.Model, s.cfg.DefaultModel, s.cfg.Log
+	opts.Tools = append(append([]durable.Tool(nil), opts.Tools...), citations.Tool(s.corpus))
+	opts.Gate = citations.Gate(s.corpus)
 	h, err := durable.Open(ctx, store, opts)
 	if err != nil {
 		store.Close()

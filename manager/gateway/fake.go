@@ -95,6 +95,9 @@ func (f *Fake) Answer(req ChatRequest) Reply {
 	if len(req.Messages) == 0 {
 		return Reply{Text: "(no messages)"}
 	}
+	if r, ok := citationReply(req); ok {
+		return r
+	}
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == "tool" {
 		name := "tool"
@@ -212,4 +215,69 @@ func splitWords(s string, n int) []string {
 		s = s[size+i+1:]
 	}
 	return append(out, s)
+}
+
+var citeRule = regexp.MustCompile(`^cite(-uncited|-undeclared|-slow)? (.+)$`)
+var citeHit = regexp.MustCompile(`(?m)^\[(c\d+)\] \S+ v\d+ line \d+: (.*)$`)
+
+// citationReply drives the citations gate. For an owner message
+// "cite[-uncited|-undeclared|-slow] <query>": first corpus_search; then
+// (for -slow, after a 3 s shell sleep, so a test can alter the document
+// meanwhile) a reply: every line cited, or deliberately one uncited line,
+// or an id the search never returned. It keeps the same answer when the
+// gate rejects it.
+func citationReply(req ChatRequest) (Reply, bool) {
+	owner := -1
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		m := req.Messages[i]
+		if m.Role == "user" && strings.HasPrefix(m.Content, "[2") {
+			owner = i
+			break
+		}
+	}
+	if owner < 0 {
+		return Reply{}, false
+	}
+	m := citeRule.FindStringSubmatch(strings.TrimSpace(timePrefix.ReplaceAllString(req.Messages[owner].Content, "")))
+	if m == nil {
+		return Reply{}, false
+	}
+	variant, query := m[1], m[2]
+	var hits [][]string
+	slept := false
+	for _, msg := range req.Messages[owner+1:] {
+		if msg.Role != "tool" {
+			continue
+		}
+		if found := citeHit.FindAllStringSubmatch(msg.Content, -1); found != nil {
+			hits, slept = found, false
+		} else if hits != nil {
+			slept = true // any tool result after the search: the pause happened
+		}
+	}
+	switch {
+	case hits == nil && !hasToolResult(req.Messages[owner+1:]):
+		return call("corpus_search", map[string]any{"query": query}), true
+	case hits == nil:
+		return Reply{Text: "I found nothing in the documents about that."}, true
+	case variant == "-slow" && !slept:
+		return call("shell", map[string]any{"command": "sleep 3"}), true
+	}
+	id, quote := hits[0][1], hits[0][2]
+	switch variant {
+	case "-uncited":
+		return Reply{Text: quote + " [cite:" + id + "]\nAnd this line cites nothing."}, true
+	case "-undeclared":
+		return Reply{Text: quote + " [cite:c999999999]"}, true
+	}
+	return Reply{Text: "The documents say: " + quote + " [cite:" + id + "]"}, true
+}
+
+func hasToolResult(msgs []ChatMessage) bool {
+	for _, m := range msgs {
+		if m.Role == "tool" {
+			return true
+		}
+	}
+	return false
 }
