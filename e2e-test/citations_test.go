@@ -37,7 +37,7 @@ const petsDoc = "Cats sleep sixteen hours a day.\r\nDogs dream 🐕 too, like pe
 
 func ingestPets(t *testing.T, user, tok string) {
 	t.Helper()
-	if r := post(t, user, tok, "/ingest?name=pets.txt", petsDoc); r.Code != 201 {
+	if r := post(t, user, tok, "/ingest?name=pets.txt", petsDoc); r.Code != 201 && r.Code != 200 {
 		t.Fatalf("ingest: %d %s", r.Code, r.Body)
 	}
 }
@@ -86,7 +86,6 @@ func TestBadCitedRepliesAreRejectedAndWriteNothing(t *testing.T) {
 	} {
 		t.Run(tc.prompt, func(t *testing.T) {
 			if tc.prompt == "cite-slow parrots mimic" {
-				ingestPets(t, user, tok) // same bytes: same version, restored if altered
 				go func() {
 					time.Sleep(1200 * time.Millisecond) // during the model's 3 s sleep
 					dockerTry("exec", stack+"-"+user+"-agent", "sh", "-c", "printf 'Parrots are silent.\\n' > /data/corpus/pets.txt/v1")

@@ -31,6 +31,7 @@ type Engine interface {
 	EnsureNetwork(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error)
 	EnsureVolumes(ctx context.Context, n provision.Names) error
 	ConnectGateway(ctx context.Context, n provision.Names, networkID string, sn netip.Prefix) error
+	GatewayNetworks(ctx context.Context) (map[string]bool, error)
 	Create(ctx context.Context, n provision.Names, sn netip.Prefix, token string) (provision.Container, error)
 	Start(ctx context.Context, id string) error
 	Pause(ctx context.Context, id string) error

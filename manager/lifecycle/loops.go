@@ -110,6 +110,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	joined, err := m.eng.GatewayNetworks(ctx)
+	if err != nil {
+		m.log.Warn("reconcile: cannot list the gateway's networks", "err", err)
+		joined = map[string]bool{}
+	}
 	known := map[string]bool{}
 	for _, r := range rows {
 		known[r.UserID] = true
@@ -118,7 +123,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if r.NetworkID != "" && len(inv.Networks[r.UserID]) > 0 {
+		if r.NetworkID != "" && len(inv.Networks[r.UserID]) > 0 && !joined[n.Network()] {
 			if err := m.eng.ConnectGateway(ctx, n, r.NetworkID, r.Subnet); err != nil {
 				m.log.Warn("reconcile: gateway not joined", "user", r.UserID, "err", err)
 			}

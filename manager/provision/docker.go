@@ -206,6 +206,24 @@ func (d *Docker) ConnectGateway(ctx context.Context, n Names, networkID string, 
 	return fmt.Errorf("connect %s to network %s: %w", d.cfg.GatewayContainer, n.Network(), err)
 }
 
+// GatewayNetworks returns the names of the networks Caddy's container is on.
+func (d *Docker) GatewayNetworks(ctx context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	if d.cfg.GatewayContainer == "" {
+		return out, nil
+	}
+	res, err := d.cli.ContainerInspect(ctx, d.cfg.GatewayContainer, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("inspect %s: %w", d.cfg.GatewayContainer, err)
+	}
+	if res.Container.NetworkSettings != nil {
+		for name := range res.Container.NetworkSettings.Networks {
+			out[name] = true
+		}
+	}
+	return out, nil
+}
+
 // Create creates the hardened agent container on the user network, with a
 // fixed address inside subnet. It returns the existing container if one with
 // the name exists already.
