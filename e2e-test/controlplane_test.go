@@ -390,3 +390,34 @@ func TestGatewayAuthenticatesSandboxByTokenAndAddress(t *testing.T) {
 		t.Fatalf("user API token at the gateway: %s", out)
 	}
 }
+
+// A Docker error answers 503 with Retry-After, and the registry never claims
+// a container that does not exist.
+func TestDockerErrorIs503(t *testing.T) {
+	docker(t, "tag", "affido/agent:dev", "affido/agent:e2e-keep")
+	docker(t, "rmi", "affido/agent:dev") // untags only: the image stays under the other name
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			docker(t, "tag", "affido/agent:e2e-keep", "affido/agent:dev")
+			docker(t, "rmi", "affido/agent:e2e-keep")
+		}
+	}
+	defer restore()
+	user, tok := newUser(t, "dockerr")
+	r := request(t, "GET", "/u/"+user+"/health", bearer(tok))
+	if r.Code != 503 || r.Header.Get("Retry-After") == "" || r.Header.Get("X-Sandbox-Endpoint") != "" {
+		t.Fatalf("agent image missing: %d %v %s", r.Code, r.Header, r.Body)
+	}
+	if c, _, _ := objects(t, user); c != 0 {
+		t.Fatalf("%d containers after a failed create", c)
+	}
+	row := strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
+		"SELECT state || '|' || container_id || '|' || endpoint FROM sandboxes WHERE user_id = '"+user+"'"))
+	if row != "provisioning||" {
+		t.Fatalf("registry row after a failed create: %q", row)
+	}
+	restore()
+	mustGet(t, user, tok, "/health")
+}

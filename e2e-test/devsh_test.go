@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // devsh runs ./dev.sh against the test stack (run.sh exported its settings).
@@ -56,5 +58,59 @@ func TestDevShLifecycleKeepsData(t *testing.T) {
 	}
 	if out := devsh(t, "status"); !strings.Contains(out, user) || !strings.Contains(out, stack+"-"+user+"-workspace") {
 		t.Fatalf("status does not show the sandbox and its volumes:\n%s", out)
+	}
+}
+
+func devshEnv(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("./dev.sh", args...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("./dev.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// Over capacity with every running sandbox busy: 429 with Retry-After; once
+// one is idle again it is paused to make room.
+func TestCapacityFullIs429(t *testing.T) {
+	devshEnv(t, []string{"AFFIDO_MAX_RUNNING=2"}, "up")
+	defer devsh(t, "up") // back to no limit (run.sh's AFFIDO_MAX_RUNNING=0)
+	a, aTok := newUser(t, "cap-a")
+	b, bTok := newUser(t, "cap-b")
+	c, cTok := newUser(t, "cap-c")
+	prompt(t, a, aTok, map[string]any{"text": "run: sleep 6", "wait": false})
+	prompt(t, b, bTok, map[string]any{"text": "run: sleep 6", "wait": false})
+	time.Sleep(500 * time.Millisecond)
+	r := request(t, "GET", "/u/"+c+"/health", bearer(cTok))
+	if r.Code != 429 || r.Header.Get("Retry-After") == "" || r.Header.Get("X-Sandbox-Endpoint") != "" {
+		t.Fatalf("third sandbox while two are busy: %d %v %s", r.Code, r.Header, r.Body)
+	}
+	waitUntil(t, 20*time.Second, "room once a sandbox is idle", func() bool {
+		return request(t, "GET", "/u/"+c+"/health", bearer(cTok)).Code == 200
+	})
+	if containerStatus(a) != "paused" && containerStatus(b) != "paused" {
+		t.Fatalf("no sandbox was paused to make room: %s, %s", containerStatus(a), containerStatus(b))
+	}
+}
+
+// A reminder that came due while the whole stack was down fires once when it is back.
+func TestReminderDueWhileStackDown(t *testing.T) {
+	startSink(t)
+	user, tok := reminderUser(t, "rem-down", "/down")
+	due := setReminder(t, user, tok, 6*time.Second, "while down")
+	waitStatus(t, user, "paused", 6*time.Second)
+	devsh(t, "down")
+	time.Sleep(time.Until(due) + 2*time.Second)
+	if n := len(deliveries(t, "/down")); n != 0 {
+		t.Fatalf("delivered %d times while the stack was down", n)
+	}
+	devsh(t, "up")
+	waitDelivery(t, "/down", 30*time.Second)
+	time.Sleep(2 * time.Second)
+	if n := len(deliveries(t, "/down")); n != 1 {
+		t.Fatalf("delivered %d times", n)
 	}
 }

@@ -529,9 +529,13 @@ func (r *runner) density(ctx context.Context) error {
 		}
 		return float64(s.MemoryStats.Usage) / (1 << 20), nil
 	}
+	// Pause every bench sandbox first: density is about sandboxes at rest.
 	var agents []float64
 	for _, u := range r.users {
 		n, _ := provision.NamesFor(r.cfg.Stack, u)
+		if res, err := r.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{}); err == nil && res.Container.State != nil && res.Container.State.Running && !res.Container.State.Paused {
+			_, _ = r.cli.ContainerPause(ctx, n.Container(), client.ContainerPauseOptions{})
+		}
 		if m, err := mem(n.Container()); err == nil && m > 0 {
 			agents = append(agents, m)
 		}
@@ -543,7 +547,7 @@ func (r *runner) density(ctx context.Context) error {
 	if len(agents) > 0 {
 		med = agents[len(agents)/2]
 	}
-	r.add(Figure{Name: "density: memory per agent (MiB, median)", Samples: len(agents), P50ms: med,
+	r.add(Figure{Name: "density: memory per paused agent (MiB, median)", Samples: len(agents), P50ms: med,
 		Note: fmt.Sprintf("manager %.1f MiB, caddy %.1f MiB (cgroup memory usage; p50 column holds MiB)", mgr, cad)})
 	return nil
 }
