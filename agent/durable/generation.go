@@ -140,9 +140,7 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 		}
 		if IsTransient(err) && cp.Attempt < h.opts.Retry.Max {
 			cp.Attempt++
-			due := h.Now().Add(h.opts.Retry.Delay(cp.Attempt))
-			t.State, t.Deadline, t.Checkpoint = Sleeping, &due, mustRaw(cp)
-			return StepResult{Task: t}, nil
+			return StepResult{Task: h.sleepForRetry(t, cp.Attempt, cp)}, nil
 		}
 		return h.fail(t, sub, "model_error", err.Error())
 	}
@@ -194,6 +192,14 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 		}
 	}
 	return res, nil
+}
+
+// sleepForRetry stores the wait before retry attempt as a sleeping deadline
+// with checkpoint cp, so the wait survives a crash or a paused sandbox.
+func (h *Harness) sleepForRetry(t Task, attempt int, cp any) Task {
+	due := h.Now().Add(h.opts.Retry.Delay(attempt))
+	t.State, t.Deadline, t.Checkpoint = Sleeping, &due, mustRaw(cp)
+	return t
 }
 
 func modelUsage(conv int64, resp ModelResponse) []UsageDelta {
@@ -328,9 +334,7 @@ func (summary) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, e
 		}
 		if IsTransient(err) && cp.Attempt < h.opts.Retry.Max {
 			cp.Attempt++
-			due := h.Now().Add(h.opts.Retry.Delay(cp.Attempt))
-			t.State, t.Deadline, t.Checkpoint = Sleeping, &due, mustRaw(cp)
-			return StepResult{Task: t}, nil
+			return StepResult{Task: h.sleepForRetry(t, cp.Attempt, cp)}, nil
 		}
 		return StepResult{Task: t.end(h.Now(), Failed, err.Error())}, nil
 	}

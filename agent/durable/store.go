@@ -414,12 +414,12 @@ func (s *Store) LatestHead(ctx context.Context, conv int64) (Entry, error) {
 	return one[Entry](ctx, s, `SELECT record FROM entries WHERE conversation_id = ? AND head IS NOT NULL ORDER BY id DESC LIMIT 1`, conv)
 }
 
-// EntriesSince returns every entry of conv with ID >= from, oldest first.
-func (s *Store) EntriesSince(ctx context.Context, conv, from int64) ([]Entry, error) {
-	var out []Entry
+// scanAll reads every page of a scan, oldest first.
+func scanAll[T any](ctx context.Context, page func(Scan) (Page[T], error)) ([]T, error) {
+	var out []T
 	sc := Scan{Order: Asc, Limit: 1000}
 	for {
-		p, err := scan[Entry](ctx, s, "entries", "conversation_id = ? AND id >= ?", []any{conv, from}, sc)
+		p, err := page(sc)
 		if err != nil {
 			return nil, err
 		}
@@ -429,6 +429,25 @@ func (s *Store) EntriesSince(ctx context.Context, conv, from int64) ([]Entry, er
 		}
 		sc.Cursor = p.Next
 	}
+}
+
+// EntriesSince returns every entry of conv with ID >= from, oldest first.
+func (s *Store) EntriesSince(ctx context.Context, conv, from int64) ([]Entry, error) {
+	return scanAll(ctx, func(sc Scan) (Page[Entry], error) {
+		return scan[Entry](ctx, s, "entries", "conversation_id = ? AND id >= ?", []any{conv, from}, sc)
+	})
+}
+
+// inList is a "col IN (?, ...)" filter, or no filter for no values.
+func inList[V ~string](col string, values []V) (string, []any) {
+	if len(values) == 0 {
+		return "1 = 1", nil
+	}
+	args := make([]any, len(values))
+	for i, v := range values {
+		args[i] = string(v)
+	}
+	return col + " IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(values)), ", ") + ")", args
 }
 
 // Task returns one task.
@@ -438,31 +457,15 @@ func (s *Store) Task(ctx context.Context, id int64) (Task, error) {
 
 // Tasks pages through tasks in the given states (all when none given).
 func (s *Store) Tasks(ctx context.Context, states []TaskState, sc Scan) (Page[Task], error) {
-	where, args := "1 = 1", []any{}
-	if len(states) > 0 {
-		where = "state IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(states)), ", ") + ")"
-		for _, st := range states {
-			args = append(args, string(st))
-		}
-	}
+	where, args := inList("state", states)
 	return scan[Task](ctx, s, "tasks", where, args, sc)
 }
 
 // LiveTasks returns every task that is not terminal, oldest first.
 func (s *Store) LiveTasks(ctx context.Context) ([]Task, error) {
-	var out []Task
-	sc := Scan{Limit: 1000}
-	for {
-		p, err := s.Tasks(ctx, []TaskState{Pending, Running, Sleeping, Waiting, Completing}, sc)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p.Items...)
-		if p.Next == "" {
-			return out, nil
-		}
-		sc.Cursor = p.Next
-	}
+	return scanAll(ctx, func(sc Scan) (Page[Task], error) {
+		return s.Tasks(ctx, []TaskState{Pending, Running, Sleeping, Waiting, Completing}, sc)
+	})
 }
 
 // Submission returns one submission.
@@ -477,13 +480,7 @@ func (s *Store) SubmissionByRequest(ctx context.Context, conv int64, requestID s
 
 // Submissions pages through submissions with the given statuses (all when none given).
 func (s *Store) Submissions(ctx context.Context, statuses []SubmissionStatus, sc Scan) (Page[Submission], error) {
-	where, args := "1 = 1", []any{}
-	if len(statuses) > 0 {
-		where = "status IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(statuses)), ", ") + ")"
-		for _, st := range statuses {
-			args = append(args, string(st))
-		}
-	}
+	where, args := inList("status", statuses)
 	return scan[Submission](ctx, s, "submissions", where, args, sc)
 }
 

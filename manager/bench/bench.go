@@ -217,6 +217,19 @@ func (r *runner) direct(ctx context.Context, ep netip.AddrPort, path string) (ti
 	return time.Since(start), nil
 }
 
+// waitDirect polls /health straight at ep every 5 ms until it answers.
+func (r *runner) waitDirect(ctx context.Context, ep netip.AddrPort, start time.Time) error {
+	for {
+		if _, err := r.direct(ctx, ep, "/health"); err == nil {
+			return nil
+		}
+		if time.Since(start) > 30*time.Second {
+			return fmt.Errorf("%s never answered /health", ep)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (r *runner) endpoint(ctx context.Context, user string) (netip.AddrPort, string, error) {
 	n, _ := provision.NamesFor(r.cfg.Stack, user)
 	res, err := r.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{})
@@ -274,15 +287,8 @@ func (r *runner) coldFloor(ctx context.Context) error {
 		if _, err := r.cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 			return err
 		}
-		ep := netip.AddrPortFrom(ip, 8080)
-		for {
-			if _, err := r.direct(ctx, ep, "/health"); err == nil {
-				break
-			}
-			if time.Since(start) > 30*time.Second {
-				return fmt.Errorf("floor container never answered")
-			}
-			time.Sleep(5 * time.Millisecond)
+		if err := r.waitDirect(ctx, netip.AddrPortFrom(ip, 8080), start); err != nil {
+			return err
 		}
 		ds = append(ds, time.Since(start))
 		if _, err := r.cli.ContainerRemove(ctx, cr.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
@@ -408,14 +414,8 @@ func (r *runner) resume(ctx context.Context) error {
 		if _, err := r.cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 			return err
 		}
-		for {
-			if _, err := r.direct(ctx, ep, "/health"); err == nil {
-				break
-			}
-			if time.Since(start) > 30*time.Second {
-				return fmt.Errorf("floor start never answered")
-			}
-			time.Sleep(5 * time.Millisecond)
+		if err := r.waitDirect(ctx, ep, start); err != nil {
+			return err
 		}
 		stoppedFloor = append(stoppedFloor, time.Since(start))
 		if _, err := r.get(ctx, u, "/health"); err != nil { // let the manager catch up
