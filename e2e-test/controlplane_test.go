@@ -421,3 +421,35 @@ func TestDockerErrorIs503(t *testing.T) {
 	restore()
 	mustGet(t, user, tok, "/health")
 }
+
+func TestMetricsAreExported(t *testing.T) {
+	user, tok := newUser(t, "metrics")
+	mustGet(t, user, tok, "/health")
+	ip := ipOn(t, managerName(), stack+"_control")
+	out := docker(t, "run", "--rm", "--network", stack+"_control", "affido/probe:test", "-get", "http://"+ip+":9090/metrics")
+	for _, want := range []string{"affido_resolve_seconds_bucket", "affido_provision_seconds_count", "affido_unpause_seconds", `affido_sandboxes{state="running"}`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// A registry written by newer code stops the manager with a message naming
+// both versions; nothing is changed.
+func TestNewerRegistrySchemaIsRefused(t *testing.T) {
+	psql := func(sql string) string {
+		return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc", sql))
+	}
+	known := psql("SELECT max(version) FROM schema_migrations")
+	psql("INSERT INTO schema_migrations (version, name) VALUES (99, '0099_from_the_future.sql')")
+	defer func() {
+		psql("DELETE FROM schema_migrations WHERE version = 99")
+		dockerTry("start", managerName())
+		waitManagerHealthy(t)
+	}()
+	docker(t, "restart", managerName())
+	waitUntil(t, 30*time.Second, "the manager refuses to start", func() bool {
+		out, _ := dockerTry("logs", "--tail", "20", managerName())
+		return strings.Contains(out, "version 99") && strings.Contains(out, "("+known+")")
+	})
+}
