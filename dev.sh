@@ -17,7 +17,7 @@ export AFFIDO_PROVIDER=${AFFIDO_PROVIDER:-fake}
 BUILD=.build
 DEV_USER=dev-user
 DEV_TOKEN=dev-token
-IMAGES=(affido/agent:dev affido/manager:dev affido/caddy:dev affido/postgres:15 affido/debian:bookworm)
+IMAGES=(affido/agent:dev affido/manager:dev affido/caddy:dev affido/postgres:15 affido/debian:bookworm affido/probe:test)
 
 usage() {
   cat <<EOF
@@ -288,11 +288,15 @@ cmd_reset() {
     read -r -p "Remove every $AFFIDO_STACK container, network, volume and image? [y/N] " answer
     [[ "$answer" == y || "$answer" == Y ]] || { echo "nothing removed"; exit 0; }
   fi
-  compose down -v --remove-orphans >/dev/null 2>&1 || true
   local f="label=affido.stack=$AFFIDO_STACK"
+  # Sandboxes (and test helpers) first: they hold the networks compose removes.
   docker ps -aq --filter "$f" | xargs -r docker rm -f >/dev/null
+  compose down -v --remove-orphans >/dev/null 2>&1 || true
   docker network ls -q --filter "$f" | xargs -r docker network rm >/dev/null
   docker volume ls -q --filter "$f" | xargs -r docker volume rm -f >/dev/null
+  # What compose created under the project name, should compose itself have failed.
+  docker network rm "${AFFIDO_STACK}_control" >/dev/null 2>&1 || true
+  docker volume rm -f "${AFFIDO_STACK}_oltp" >/dev/null 2>&1 || true
   if [[ "$keep_images" == yes ]]; then
     echo "reset: no $AFFIDO_STACK containers, networks or volumes left (images kept)"
     return
