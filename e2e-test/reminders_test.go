@@ -222,3 +222,26 @@ func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 		t.Fatalf("idle pause: %d %s", r.Code, r.Body)
 	}
 }
+
+// A run waiting to retry the model (stored backoff 2, 4, 8 s) survives its
+// sandbox being paused: the manager wakes it at the retry's deadline.
+func TestRetryBackoffSurvivesPause(t *testing.T) {
+	user, tok := newUser(t, "retry")
+	run := prompt(t, user, tok, map[string]any{"text": "flaky 3: survive the pause", "wait": false})
+	waitStatus(t, user, "paused", 15*time.Second)
+	waitUntil(t, 40*time.Second, "woken by the manager at a retry deadline", func() bool {
+		out := docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
+			"SELECT count(*) FROM audit_events WHERE user_id = '"+user+"' AND kind = 'sandbox.woken'")
+		return strings.TrimSpace(out) != "0"
+	})
+	es := waitRunDone(t, user, tok, run.RunID)
+	var reply string
+	for _, e := range es {
+		if e.Kind == "assistant_message" {
+			reply = e.Text
+		}
+	}
+	if reply != "echo: flaky 3: survive the pause" {
+		t.Fatalf("run after retries across a pause: %+v", es)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -31,6 +32,35 @@ type Fake struct {
 
 	mu     sync.Mutex
 	script []Reply
+	flaky  map[string]int // "flaky N: text" messages answered with 503 so far
+}
+
+var flakyRule = regexp.MustCompile(`^flaky (\d+): `)
+
+// failNow reports whether this request is one of the first N of a
+// "flaky N: text" message, which the fake answers 503 (a transient error the
+// agent retries with stored backoff).
+func (f *Fake) failNow(req ChatRequest) bool {
+	if len(req.Messages) == 0 {
+		return false
+	}
+	last := req.Messages[len(req.Messages)-1]
+	text := timePrefix.ReplaceAllString(last.Content, "")
+	m := flakyRule.FindStringSubmatch(text)
+	if last.Role != "user" || m == nil {
+		return false
+	}
+	n, _ := strconv.Atoi(m[1])
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.flaky == nil {
+		f.flaky = map[string]int{}
+	}
+	if f.flaky[last.Content] >= n {
+		return false
+	}
+	f.flaky[last.Content]++
+	return true
 }
 
 // NewFake returns the scripted model serving models.
@@ -135,6 +165,12 @@ func (f *Fake) Answer(req ChatRequest) Reply {
 // Serve answers one chat completions request as an SSE stream (or one JSON
 // object when stream is false), with usage estimated at 4 bytes a token.
 func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest) (ChatUsage, error) {
+	if f.failNow(req) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, err := fmt.Fprint(w, `{"error":{"message":"the scripted model is flaky on purpose"}}`)
+		return ChatUsage{}, err
+	}
 	reply := f.Answer(req)
 	var in int64
 	for _, m := range req.Messages {

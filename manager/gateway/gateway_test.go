@@ -192,3 +192,17 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 		}
 	}
 }
+
+func TestFlakyRuleFailsThenAnswers(t *testing.T) {
+	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
+	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
+	msg := durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] flaky 2: hello"}
+	for i := range 2 {
+		if _, err := ask(t, c, "fake/echo", msg); err == nil || !durable.IsTransient(err) {
+			t.Fatalf("call %d: %v, want a transient error", i+1, err)
+		}
+	}
+	if resp, err := ask(t, c, "fake/echo", msg); err != nil || resp.Text != "echo: flaky 2: hello" {
+		t.Fatalf("third call: %+v %v", resp, err)
+	}
+}
