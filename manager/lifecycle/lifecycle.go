@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -338,18 +339,11 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 				running = append(running, o)
 			}
 		}
+		sort.Slice(running, func(i, j int) bool { return running[i].lastActive.Before(running[j].lastActive) }) // least recently active first
 		m.mu.Unlock()
 		if len(running) < m.cfg.MaxRunning {
 			return nil
 		}
-		// Least recently active first.
-		m.mu.Lock()
-		for i := 1; i < len(running); i++ {
-			for j := i; j > 0 && running[j].lastActive.Before(running[j-1].lastActive); j-- {
-				running[j], running[j-1] = running[j-1], running[j]
-			}
-		}
-		m.mu.Unlock()
 		freed := false
 		for _, o := range running {
 			if !o.op.TryLock() { // busy with its own operation

@@ -58,9 +58,6 @@ func NewDocker(cfg Config) (*Docker, error) {
 // Close releases the client.
 func (d *Docker) Close() error { return d.cli.Close() }
 
-// Config returns the provisioner's configuration.
-func (d *Docker) Config() Config { return d.cfg }
-
 // Ping checks that the engine answers.
 func (d *Docker) Ping(ctx context.Context) error {
 	_, err := d.cli.Ping(ctx, client.PingOptions{})

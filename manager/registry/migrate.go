@@ -49,16 +49,6 @@ func LoadMigrations(fsys fs.FS) ([]Migration, error) {
 	return out, nil
 }
 
-// SchemaVersion returns the newest applied migration version (0 for an empty database).
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var v int
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&v)
-	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
-	}
-	return v, nil
-}
-
 // Migrate applies the migrations not yet applied, each in its own
 // transaction, under an advisory lock so concurrent managers migrate once.
 // A database already at a newer version than the code knows is refused.

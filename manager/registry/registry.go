@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -73,7 +72,6 @@ const (
 	StatePaused       = "paused"
 	StateStopped      = "stopped"
 	StateRemoved      = "removed"
-	StateFailed       = "failed"
 )
 
 // HashToken is how API and sandbox tokens are stored.
@@ -299,12 +297,6 @@ func (l *UserLock) Release(user string) {
 		_ = l.conn.Conn().Close(ctx)
 	}
 	l.conn.Release()
-}
-
-// IsUnavailable reports whether err means Postgres could not be reached.
-func IsUnavailable(err error) bool {
-	var pgErr *pgconn.PgError
-	return err != nil && !errors.As(err, &pgErr) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrUnauthenticated)
 }
 
 // RecordUsage adds one model call's tokens to the user's daily ledger.

@@ -65,6 +65,3 @@ func last(p netip.Prefix) netip.Addr {
 	v := toInt(p.Addr()).Int64() | (int64(1)<<(32-p.Bits()) - 1)
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
-
-// Gateway is the first usable address of a subnet, which Docker gives the bridge.
-func Gateway(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
