@@ -193,6 +193,23 @@ port_free_or_ours() {
   fi
 }
 
+# guard_host keeps sandboxes off the host: an internal Docker network still
+# lets its containers reach anything on the host that listens on 0.0.0.0
+# (through the bridge address), so drop every packet from the sandbox pool
+# addressed to the host itself. Traffic to Caddy is bridged, not INPUT.
+guard_host() {
+  if ! command -v iptables >/dev/null 2>&1 || [[ $(id -u) -ne 0 ]]; then
+    echo "dev.sh: WARNING: cannot add the iptables rule that keeps sandboxes from reaching host services (need root and iptables)" >&2
+    return
+  fi
+  iptables -C INPUT -s "$AFFIDO_SANDBOX_POOL" -j DROP 2>/dev/null || iptables -I INPUT -s "$AFFIDO_SANDBOX_POOL" -j DROP
+}
+
+unguard_host() {
+  command -v iptables >/dev/null 2>&1 || return 0
+  while iptables -D INPUT -s "$AFFIDO_SANDBOX_POOL" -j DROP 2>/dev/null; do :; done
+}
+
 cmd_up() {
   while [[ $# -gt 0 ]]; do
     case $1 in
@@ -215,6 +232,7 @@ cmd_up() {
   fi
   cmd_build
   port_free_or_ours
+  guard_host
   say "starting the control plane ($AFFIDO_STACK)"
   compose up -d >/dev/null 2>&1 || compose up -d
   wait_healthy
@@ -231,6 +249,7 @@ EOF
 
 cmd_reload() {
   cmd_build
+  guard_host
   say "restarting the control plane with the new images"
   compose up -d >/dev/null 2>&1 || compose up -d
   wait_healthy
@@ -297,6 +316,7 @@ cmd_reset() {
   # What compose created under the project name, should compose itself have failed.
   docker network rm "${AFFIDO_STACK}_control" >/dev/null 2>&1 || true
   docker volume rm -f "${AFFIDO_STACK}_oltp" >/dev/null 2>&1 || true
+  unguard_host
   if [[ "$keep_images" == yes ]]; then
     echo "reset: no $AFFIDO_STACK containers, networks or volumes left (images kept)"
     return

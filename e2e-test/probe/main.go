@@ -3,6 +3,7 @@
 //
 //	probe ADDR...           try a TCP connection to each; print "ADDR open" or "ADDR closed <why>"
 //	probe -get URL [TOKEN]  GET URL (with a bearer token); print the status code and body
+//	probe -routes           print the IPv4 routing table (/proc/net/route): "default" for a default route
 //	probe -sink ADDR        a notification sink: log every request as a JSON line; paths
 //	                        starting /fail answer 500
 package main
@@ -31,6 +32,25 @@ func sink(addr string) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-routes" {
+		b, err := os.ReadFile("/proc/net/route")
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 3 {
+				continue
+			}
+			if f[1] == "00000000" {
+				fmt.Printf("%s default via %s\n", f[0], f[2])
+			} else {
+				fmt.Printf("%s %s\n", f[0], f[1])
+			}
+		}
+		return
+	}
 	if len(os.Args) > 2 && os.Args[1] == "-sink" {
 		sink(os.Args[2])
 		return
