@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
@@ -26,6 +27,21 @@ func (r *recorder) RecordUsage(_ context.Context, user, model string, in, out in
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, user+" "+model)
 	return nil
+}
+
+// waitCalls returns the recorded usage once n calls are in; usage is
+// recorded after the answer is streamed, so it may lag the client a moment.
+func (r *recorder) waitCalls(n int) []string {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		r.mu.Lock()
+		calls := append([]string(nil), r.calls...)
+		r.mu.Unlock()
+		if len(calls) >= n || time.Now().After(deadline) {
+			return calls
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func caller(r *http.Request) (string, int, string) {
@@ -104,8 +120,8 @@ func TestFakeRulesOverTheWire(t *testing.T) {
 	if err != nil || resp.Text != "shell returned:\nhi\n" || resp.Model != "fake/alt" || resp.Usage.InputTokens == 0 {
 		t.Fatalf("after tool: %+v %v", resp, err)
 	}
-	if len(rec.calls) != len(tests)+1 || rec.calls[0] != "u1 fake/echo" {
-		t.Fatalf("usage records %v", rec.calls)
+	if calls := rec.waitCalls(len(tests) + 1); len(calls) != len(tests)+1 || calls[0] != "u1 fake/echo" {
+		t.Fatalf("usage records %v", calls)
 	}
 }
 
@@ -174,8 +190,8 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 	if strings.Contains(first, "sb-token") {
 		t.Fatal("sandbox token in the upstream body")
 	}
-	if len(rec.calls) != 1 || rec.calls[0] != "u1 vendor/model" {
-		t.Fatalf("usage %v", rec.calls)
+	if calls := rec.waitCalls(1); len(calls) != 1 || calls[0] != "u1 vendor/model" {
+		t.Fatalf("usage %v", calls)
 	}
 	// Nothing the sandbox can receive carries the key: not the answer, not an error.
 	for _, model := range []string{"vendor/model", "not a model"} {
