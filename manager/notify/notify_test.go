@@ -1,0 +1,118 @@
+package notify
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/affido/affido/manager/registry"
+)
+
+type try struct {
+	id     int64
+	n      int
+	code   int
+	status string
+}
+
+type fakeStore struct {
+	mu    sync.Mutex
+	due   []registry.Notification
+	tries []try
+}
+
+func (f *fakeStore) DueNotifications(context.Context, int) ([]registry.Notification, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.due
+	f.due = nil
+	return out, nil
+}
+
+func (f *fakeStore) RecordNotificationTry(_ context.Context, id int64, n, code int, _ string, status string, _ time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tries = append(f.tries, try{id, n, code, status})
+	return nil
+}
+
+func deliverer(st Store) *Deliverer {
+	d := New(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d.Backoff = func(int) time.Duration { return time.Millisecond }
+	return d
+}
+
+func TestDeliveredOnceWithTitleAndKey(t *testing.T) {
+	var got []*http.Request
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got, bodies = append(got, r), append(bodies, string(b))
+	}))
+	defer srv.Close()
+	st := &fakeStore{}
+	d := deliverer(st)
+	due := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	d.deliver(context.Background(), registry.Notification{ID: 7, UserID: "u", Key: "reminder-9", Text: "stretch", DueAt: &due, URL: srv.URL + "/topic"})
+	if len(got) != 1 || bodies[0] != "stretch" || got[0].Header.Get("Title") == "" || got[0].Header.Get("X-Affido-Notification") != "reminder-9" ||
+		got[0].Header.Get("X-Affido-Due") != "2026-12-01T15:00:00Z" {
+		t.Fatalf("requests %v bodies %v", got, bodies)
+	}
+	if len(st.tries) != 1 || st.tries[0] != (try{7, 1, 200, "delivered"}) {
+		t.Fatalf("tries %+v", st.tries)
+	}
+}
+
+func TestFailingEndpointGetsFiveRecordedTries(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", 500) }))
+	defer srv.Close()
+	st := &fakeStore{}
+	d := deliverer(st)
+	n := registry.Notification{ID: 1, UserID: "u", Key: "k", Text: "t", URL: srv.URL}
+	for i := range MaxTries {
+		n.Tries = i
+		d.deliver(context.Background(), n)
+	}
+	if len(st.tries) != MaxTries {
+		t.Fatalf("%d tries", len(st.tries))
+	}
+	for i, tr := range st.tries {
+		want := "pending"
+		if i == MaxTries-1 {
+			want = "failed"
+		}
+		if tr.n != i+1 || tr.code != 500 || tr.status != want {
+			t.Fatalf("try %d: %+v, want status %s", i+1, tr, want)
+		}
+	}
+}
+
+func TestNoEndpointIsRecorded(t *testing.T) {
+	st := &fakeStore{}
+	deliverer(st).deliver(context.Background(), registry.Notification{ID: 3, Key: "k", Text: "t"})
+	if len(st.tries) != 1 || st.tries[0].status != "no_endpoint" {
+		t.Fatalf("tries %+v", st.tries)
+	}
+}
+
+func TestRunDeliversWhenKicked(t *testing.T) {
+	hits := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits <- struct{}{} }))
+	defer srv.Close()
+	st := &fakeStore{due: []registry.Notification{{ID: 1, Key: "k", Text: "t", URL: srv.URL}}}
+	d := deliverer(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx)
+	d.Kick()
+	select {
+	case <-hits:
+	case <-time.After(3 * time.Second):
+		t.Fatal("not delivered after a kick")
+	}
+}
