@@ -3,6 +3,7 @@ package citations_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
@@ -65,7 +66,7 @@ type hook struct {
 	between func()
 }
 
-func (p hook) Serve(ctx context.Context, w http.ResponseWriter, req gateway.ChatRequest, raw []byte) (gateway.ChatUsage, error) {
+func (p hook) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error) {
 	if p.between != nil && len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
 		p.between()
 	}

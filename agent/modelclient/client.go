@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/internal/openai"
 )
 
 // Client calls the gateway.
@@ -38,69 +39,25 @@ func New(baseURL, token string) *Client {
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 10 * time.Minute}}
 }
 
-type wireMessage struct {
-	Role       string         `json:"role"`
-	Content    string         `json:"content"`
-	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string         `json:"tool_call_id,omitempty"`
-}
-
-type wireToolCall struct {
-	Index    int    `json:"index"`
-	ID       string `json:"id,omitempty"`
-	Type     string `json:"type,omitempty"`
-	Function struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments,omitempty"`
-	} `json:"function"`
-}
-
-type wireTool struct {
-	Type     string         `json:"type"`
-	Function map[string]any `json:"function"`
-}
-
-type chunk struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Delta struct {
-			Content   string         `json:"content"`
-			ToolCalls []wireToolCall `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // Stream sends req and reads the streamed answer.
 func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta func(string)) (durable.ModelResponse, error) {
-	msgs := make([]wireMessage, 0, len(req.Messages))
+	body := openai.ChatRequest{Model: req.Model, Stream: true, StreamOptions: json.RawMessage(`{"include_usage":true}`)}
 	for _, m := range req.Messages {
-		wm := wireMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		wm := openai.ChatMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
 		for i, tc := range m.ToolCalls {
-			w := wireToolCall{Index: i, ID: tc.ID, Type: "function"}
+			w := openai.ChatToolCall{Index: i, ID: tc.ID, Type: "function"}
 			w.Function.Name, w.Function.Arguments = tc.Name, string(tc.Arguments)
 			wm.ToolCalls = append(wm.ToolCalls, w)
 		}
-		msgs = append(msgs, wm)
+		body.Messages = append(body.Messages, wm)
 	}
-	body := map[string]any{"model": req.Model, "messages": msgs, "stream": true, "stream_options": map[string]bool{"include_usage": true}}
-	if len(req.Tools) > 0 {
-		var tools []wireTool
-		for _, t := range req.Tools {
-			params := t.Parameters
-			if len(params) == 0 {
-				params = json.RawMessage(`{"type":"object","properties":{}}`)
-			}
-			tools = append(tools, wireTool{Type: "function", Function: map[string]any{"name": t.Name, "description": t.Description, "parameters": params}})
+	for _, t := range req.Tools {
+		tool := openai.ChatTool{Type: "function"}
+		tool.Function.Name, tool.Function.Description, tool.Function.Parameters = t.Name, t.Description, t.Parameters
+		if len(tool.Function.Parameters) == 0 {
+			tool.Function.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
 		}
-		body["tools"] = tools
+		body.Tools = append(body.Tools, tool)
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -135,7 +92,7 @@ func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta f
 func read(r io.Reader, model string, onDelta func(string)) (durable.ModelResponse, error) {
 	out := durable.ModelResponse{Model: model}
 	var text strings.Builder
-	calls := map[int]*wireToolCall{}
+	calls := map[int]*openai.ChatToolCall{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 8<<20)
 	done := false
@@ -150,7 +107,7 @@ func read(r io.Reader, model string, onDelta func(string)) (durable.ModelRespons
 			done = true
 			break
 		}
-		var c chunk
+		var c openai.ChatChunk
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			return out, fmt.Errorf("model gateway: bad stream chunk: %w", err)
 		}
@@ -173,7 +130,7 @@ func read(r io.Reader, model string, onDelta func(string)) (durable.ModelRespons
 			for _, tc := range ch.Delta.ToolCalls {
 				cur := calls[tc.Index]
 				if cur == nil {
-					cur = &wireToolCall{Index: tc.Index}
+					cur = &openai.ChatToolCall{Index: tc.Index}
 					calls[tc.Index] = cur
 				}
 				if tc.ID != "" {

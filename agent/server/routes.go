@@ -25,14 +25,24 @@ import (
 
 // conversations
 
-func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+// current opens storage and returns the current conversation, or answers
+// with a problem and reports false.
+func (s *Server) current(w http.ResponseWriter, r *http.Request) (*durable.Harness, int64, bool) {
 	h := s.storageOr503(w, r)
 	if h == nil {
-		return
+		return nil, 0, false
 	}
 	conv, err := s.currentConversation(r.Context(), h)
 	if err != nil {
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return nil, 0, false
+	}
+	return h, conv, true
+}
+
+func (s *Server) session(w http.ResponseWriter, r *http.Request) {
+	h, conv, ok := s.current(w, r)
+	if !ok {
 		return
 	}
 	s.writeConversation(w, r, h, conv)
@@ -122,13 +132,8 @@ func (s *Server) sessionSwitch(w http.ResponseWriter, r *http.Request) {
 
 // reset writes a reset marker: the context is cut, the conversation kept.
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
-	h := s.storageOr503(w, r)
-	if h == nil {
-		return
-	}
-	conv, err := s.currentConversation(r.Context(), h)
-	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+	h, conv, ok := s.current(w, r)
+	if !ok {
 		return
 	}
 	id, err := h.Store().MintID()
@@ -271,13 +276,8 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) {
 	if req.Model != "" && !s.knownModel(w, r, req.Model) {
 		return
 	}
-	h := s.storageOr503(w, r)
-	if h == nil {
-		return
-	}
-	conv, err := s.currentConversation(r.Context(), h)
-	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+	h, conv, ok := s.current(w, r)
+	if !ok {
 		return
 	}
 	in := durable.Input{Text: req.Text, RequestID: req.RequestID, Model: req.Model, Hint: s.skillHint(req.Text)}

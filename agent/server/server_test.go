@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
@@ -40,7 +41,7 @@ type slowProvider struct {
 	a *agent
 }
 
-func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req gateway.ChatRequest, raw []byte) (gateway.ChatUsage, error) {
+func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error) {
 	p.a.holdMu.Lock()
 	c := p.a.hold
 	p.a.holdMu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/affido/affido/internal/openai"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -40,7 +41,7 @@ var flakyRule = regexp.MustCompile(`^flaky (\d+): `)
 // failNow reports whether this request is one of the first N of a
 // "flaky N: text" message, which the fake answers 503 (a transient error the
 // agent retries with stored backoff).
-func (f *Fake) failNow(req ChatRequest) bool {
+func (f *Fake) failNow(req openai.ChatRequest) bool {
 	if len(req.Messages) == 0 {
 		return false
 	}
@@ -113,7 +114,7 @@ func call(name string, args map[string]any) Reply {
 }
 
 // Answer decides the reply to a request.
-func (f *Fake) Answer(req ChatRequest) Reply {
+func (f *Fake) Answer(req openai.ChatRequest) Reply {
 	f.mu.Lock()
 	if len(f.script) > 0 {
 		r := f.script[0]
@@ -164,24 +165,24 @@ func (f *Fake) Answer(req ChatRequest) Reply {
 
 // Serve answers one chat completions request as an SSE stream (or one JSON
 // object when stream is false), with usage estimated at 4 bytes a token.
-func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest) (ChatUsage, error) {
+func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
 	if f.failNow(req) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, err := fmt.Fprint(w, `{"error":{"message":"the scripted model is flaky on purpose"}}`)
-		return ChatUsage{}, err
+		return openai.ChatUsage{}, err
 	}
 	reply := f.Answer(req)
 	var in int64
 	for _, m := range req.Messages {
 		in += int64(len(m.Content)+3) / 4
 	}
-	usage := ChatUsage{PromptTokens: in, CompletionTokens: int64(len(reply.Text)+3) / 4}
+	usage := openai.ChatUsage{PromptTokens: in, CompletionTokens: int64(len(reply.Text)+3) / 4}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
-	var calls []ChatToolCall
+	var calls []openai.ChatToolCall
 	for i, c := range reply.ToolCalls {
 		args, _ := json.Marshal(c.Args)
-		tc := ChatToolCall{Index: i, ID: fmt.Sprintf("call_%d_%d", len(req.Messages), i), Type: "function"}
+		tc := openai.ChatToolCall{Index: i, ID: fmt.Sprintf("call_%d_%d", len(req.Messages), i), Type: "function"}
 		tc.Function.Name, tc.Function.Arguments = c.Name, string(args)
 		calls = append(calls, tc)
 	}
@@ -201,7 +202,7 @@ func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	fl, _ := w.(http.Flusher)
-	send := func(c ChatChunk) error {
+	send := func(c openai.ChatChunk) error {
 		c.ID, c.Object, c.Model = "fake", "chat.completion.chunk", req.Model
 		b, _ := json.Marshal(c)
 		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
@@ -212,23 +213,23 @@ func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest
 		}
 		return ctx.Err()
 	}
-	if err := send(ChatChunk{Choices: []ChunkChoice{{Delta: ChunkDelta{Role: "assistant"}}}}); err != nil {
+	if err := send(openai.ChatChunk{Choices: []openai.ChunkChoice{{Delta: openai.ChunkDelta{Role: "assistant"}}}}); err != nil {
 		return usage, err
 	}
 	for _, part := range splitWords(reply.Text, 3) {
-		if err := send(ChatChunk{Choices: []ChunkChoice{{Delta: ChunkDelta{Content: part}}}}); err != nil {
+		if err := send(openai.ChatChunk{Choices: []openai.ChunkChoice{{Delta: openai.ChunkDelta{Content: part}}}}); err != nil {
 			return usage, err
 		}
 	}
 	if len(calls) > 0 {
-		if err := send(ChatChunk{Choices: []ChunkChoice{{Delta: ChunkDelta{ToolCalls: calls}}}}); err != nil {
+		if err := send(openai.ChatChunk{Choices: []openai.ChunkChoice{{Delta: openai.ChunkDelta{ToolCalls: calls}}}}); err != nil {
 			return usage, err
 		}
 	}
-	if err := send(ChatChunk{Choices: []ChunkChoice{{FinishReason: &finish}}}); err != nil {
+	if err := send(openai.ChatChunk{Choices: []openai.ChunkChoice{{FinishReason: &finish}}}); err != nil {
 		return usage, err
 	}
-	if err := send(ChatChunk{Choices: []ChunkChoice{}, Usage: &usage}); err != nil {
+	if err := send(openai.ChatChunk{Choices: []openai.ChunkChoice{}, Usage: &usage}); err != nil {
 		return usage, err
 	}
 	_, err := fmt.Fprint(w, "data: [DONE]\n\n")
@@ -262,7 +263,7 @@ var citeHit = regexp.MustCompile(`(?m)^\[(c\d+)\] \S+ v\d+ line \d+: (.*)$`)
 // meanwhile) a reply: every line cited, or deliberately one uncited line,
 // or an id the search never returned. It keeps the same answer when the
 // gate rejects it.
-func citationReply(req ChatRequest) (Reply, bool) {
+func citationReply(req openai.ChatRequest) (Reply, bool) {
 	owner := -1
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		m := req.Messages[i]
@@ -309,7 +310,7 @@ func citationReply(req ChatRequest) (Reply, bool) {
 	return Reply{Text: "The documents say: " + quote + " [cite:" + id + "]"}, true
 }
 
-func hasToolResult(msgs []ChatMessage) bool {
+func hasToolResult(msgs []openai.ChatMessage) bool {
 	for _, m := range msgs {
 		if m.Role == "tool" {
 			return true

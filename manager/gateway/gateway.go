@@ -1,3 +1,8 @@
+// Package gateway is the manager's model gateway: an OpenAI-compatible
+// chat/completions endpoint that sandboxes reach through Caddy's gateway
+// listener. It authenticates the sandbox, records usage per user, and
+// forwards to the configured provider, which holds the real key; model
+// secrets never enter a sandbox.
 package gateway
 
 import (
@@ -7,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,7 +29,7 @@ type Provider interface {
 	// List returns the models to advertise.
 	List() []string
 	// Serve writes the answer to w and returns the usage it saw.
-	Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest, raw []byte) (ChatUsage, error)
+	Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error)
 }
 
 // List returns the models the fake serves.
@@ -32,7 +38,7 @@ func (f *Fake) List() []string { return f.Models }
 // Serve with the raw body unused, for Provider.
 type fakeProvider struct{ *Fake }
 
-func (p fakeProvider) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest, _ []byte) (ChatUsage, error) {
+func (p fakeProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, _ []byte) (openai.ChatUsage, error) {
 	return p.Fake.Serve(ctx, w, req)
 }
 
@@ -89,7 +95,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("chat requests are limited to %d bytes", MaxBody))
 		return
 	}
-	var req ChatRequest
+	var req openai.ChatRequest
 	if err := json.Unmarshal(raw, &req); err != nil {
 		problem.Write(w, http.StatusBadRequest, "bad-request", "body is not a chat completions request: "+err.Error())
 		return
@@ -142,10 +148,10 @@ func (o *OpenRouter) List() []string { return o.Allow }
 
 // Serve forwards raw upstream and streams the answer back, reading the
 // usage chunk as it passes.
-func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req ChatRequest, raw []byte) (ChatUsage, error) {
+func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error) {
 	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(o.URL, "/")+"/chat/completions", bytes.NewReader(raw))
 	if err != nil {
-		return ChatUsage{}, err
+		return openai.ChatUsage{}, err
 	}
 	up.Header.Set("Content-Type", "application/json")
 	up.Header.Set("Authorization", "Bearer "+o.Key)
@@ -156,7 +162,7 @@ func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req ChatR
 	resp, err := client.Do(up)
 	if err != nil {
 		problem.RetryAfter(w, http.StatusBadGateway, 2, "upstream-unavailable", "the model provider could not be reached")
-		return ChatUsage{}, err
+		return openai.ChatUsage{}, err
 	}
 	defer resp.Body.Close()
 	for _, k := range []string{"Content-Type", "Retry-After"} {
@@ -166,7 +172,7 @@ func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req ChatR
 	}
 	w.WriteHeader(resp.StatusCode)
 	fl, _ := w.(http.Flusher)
-	var usage ChatUsage
+	var usage openai.ChatUsage
 	rd := bufio.NewReader(resp.Body)
 	for {
 		line, err := rd.ReadBytes('\n')
@@ -192,13 +198,13 @@ func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req ChatR
 }
 
 // readUsage picks the usage object out of an SSE data line or a JSON body.
-func readUsage(line []byte, u *ChatUsage) {
+func readUsage(line []byte, u *openai.ChatUsage) {
 	line = bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(line), []byte("data:")))
 	if !bytes.Contains(line, []byte(`"usage"`)) {
 		return
 	}
 	var c struct {
-		Usage *ChatUsage `json:"usage"`
+		Usage *openai.ChatUsage `json:"usage"`
 	}
 	if json.Unmarshal(line, &c) == nil && c.Usage != nil {
 		*u = *c.Usage

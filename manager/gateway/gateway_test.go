@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
@@ -163,7 +164,7 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 			http.Error(w, "unauthorized", 401)
 			return
 		}
-		var req gateway.ChatRequest
+		var req openai.ChatRequest
 		_ = json.Unmarshal(b, &req)
 		fake.Serve(r.Context(), w, req)
 	}))

@@ -1,9 +1,7 @@
-// Package gateway is the manager's model gateway: an OpenAI-compatible
-// chat/completions endpoint that sandboxes reach through Caddy's gateway
-// listener. It authenticates the sandbox, records usage per user, and
-// forwards to the configured provider, which holds the real key; model
-// secrets never enter a sandbox.
-package gateway
+// Package openai is the OpenAI chat completions wire format, as far as
+// Affido speaks it: the gateway (manager) reads and writes it, and the
+// agent's model client sends and parses it.
+package openai
 
 import "encoding/json"
 
@@ -59,6 +57,7 @@ type ChatChunk struct {
 	Model   string        `json:"model"`
 	Choices []ChunkChoice `json:"choices"`
 	Usage   *ChatUsage    `json:"usage,omitempty"`
+	Error   *ErrorBody    `json:"error,omitempty"`
 }
 
 // ChunkChoice is one choice of a chunk.
@@ -73,4 +72,9 @@ type ChunkDelta struct {
 	Role      string         `json:"role,omitempty"`
 	Content   string         `json:"content,omitempty"`
 	ToolCalls []ChatToolCall `json:"tool_calls,omitempty"`
+}
+
+// ErrorBody is the error object a provider may send in a stream or body.
+type ErrorBody struct {
+	Message string `json:"message"`
 }
