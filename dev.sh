@@ -195,19 +195,23 @@ port_free_or_ours() {
 
 # guard_host keeps sandboxes off the host: an internal Docker network still
 # lets its containers reach anything on the host that listens on 0.0.0.0
-# (through the bridge address), so drop every packet from the sandbox pool
-# addressed to the host itself. Traffic to Caddy is bridged, not INPUT.
+# (through the bridge address), so drop every new connection from the
+# sandbox pool to the host itself. Replies to the host's own connections
+# still pass, and traffic to Caddy is bridged, not INPUT.
+GUARD=(INPUT -s "$AFFIDO_SANDBOX_POOL" -m conntrack --ctstate NEW -j DROP)
+
 guard_host() {
   if ! command -v iptables >/dev/null 2>&1 || [[ $(id -u) -ne 0 ]]; then
     echo "dev.sh: WARNING: cannot add the iptables rule that keeps sandboxes from reaching host services (need root and iptables)" >&2
     return
   fi
-  iptables -C INPUT -s "$AFFIDO_SANDBOX_POOL" -j DROP 2>/dev/null || iptables -I INPUT -s "$AFFIDO_SANDBOX_POOL" -j DROP
+  iptables -C "${GUARD[@]}" 2>/dev/null || iptables -I "${GUARD[@]}" \
+    || echo "dev.sh: WARNING: adding the iptables rule that keeps sandboxes off the host failed" >&2
 }
 
 unguard_host() {
   command -v iptables >/dev/null 2>&1 || return 0
-  while iptables -D INPUT -s "$AFFIDO_SANDBOX_POOL" -j DROP 2>/dev/null; do :; done
+  while iptables -D "${GUARD[@]}" 2>/dev/null; do :; done
 }
 
 cmd_up() {
