@@ -187,34 +187,34 @@ func (r *runner) cleanup() {
 	_, _ = r.cli.NetworkRemove(ctx, "affidobench-floor", client.NetworkRemoveOptions{})
 }
 
+// timedGet sends req, reads the body and returns the time it took and the status.
+func (r *runner) timedGet(req *http.Request) (time.Duration, int, error) {
+	start := time.Now()
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return time.Since(start), resp.StatusCode, nil
+}
+
 // get sends GET path through Caddy for user and fails on non-200.
 func (r *runner) get(ctx context.Context, user, path string) (time.Duration, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", r.cfg.URL+"/u/"+user+path, nil)
 	req.Header.Set("Authorization", "Bearer "+r.token(user))
-	start := time.Now()
-	resp, err := r.http.Do(req)
-	if err != nil {
-		return 0, err
+	d, code, err := r.timedGet(req)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET /u/%s%s: %d", user, path, code)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	d := time.Since(start)
-	if resp.StatusCode != 200 {
-		return d, fmt.Errorf("GET /u/%s%s: %s", user, path, resp.Status)
-	}
-	return d, nil
+	return d, err
 }
 
+// direct sends GET path straight to the container at ep.
 func (r *runner) direct(ctx context.Context, ep netip.AddrPort, path string) (time.Duration, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+ep.String()+path, nil)
-	start := time.Now()
-	resp, err := r.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return time.Since(start), nil
+	d, _, err := r.timedGet(req)
+	return d, err
 }
 
 // waitDirect polls /health straight at ep every 5 ms until it answers.
