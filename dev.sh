@@ -53,12 +53,19 @@ compose() {
   fi
 }
 
+# check_prereqs checks everything the build needs before anything is built.
+# As root it installs what is missing (scripts/prereqs.sh, the same code
+# .ci/run uses); otherwise it names the one command to run and stops.
 check_prereqs() {
   command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH (need Go 1.26)"
-  command -v docker >/dev/null 2>&1 || die "docker is not installed (Debian: apt-get install docker.io)"
-  docker info >/dev/null 2>&1 || die "the Docker engine is not running or not reachable (start dockerd; check DOCKER_HOST and permissions on /var/run/docker.sock)"
-  command -v make >/dev/null 2>&1 && command -v gcc >/dev/null 2>&1 && command -v bzip2 >/dev/null 2>&1 \
-    || die "make, gcc and bzip2 are needed to build the agent's minimal busybox (Debian: apt-get install build-essential bzip2)"
+  scripts/prereqs.sh check 2>/dev/null && return 0
+  if [[ $(id -u) -eq 0 ]]; then
+    say "installing missing prerequisites (scripts/prereqs.sh install)"
+    scripts/prereqs.sh install || die "installing the prerequisites failed (output above)"
+    return 0
+  fi
+  scripts/prereqs.sh check || true
+  die "run this once, then ./dev.sh up again:  sudo $PWD/scripts/prereqs.sh install"
 }
 
 
@@ -84,7 +91,6 @@ build_base_images() {
     return
   fi
   if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
-    command -v debootstrap >/dev/null 2>&1 || die "debootstrap is needed to build the Debian base image (Debian: apt-get install debootstrap)"
     say "building affido/debian:bookworm with debootstrap (about 30 s)"
     images/debian/build.sh affido/debian:bookworm
   fi

@@ -9,20 +9,26 @@ export GOTOOLCHAIN=local
 
 usage() {
   cat <<USAGE
-Usage: ./verify.sh [--quick]
+Usage: ./verify.sh [--quick] [--stress]
 
   (no option)  go vet, go test -race ./..., then e2e-test/run.sh against real Docker
   --quick      go vet and the unit tests only
+  --stress     the same, while one busy-looping process per core competes for
+               the CPU the whole time (the suite must hold on a busy machine)
 USAGE
 }
 
 quick=no
-case ${1:-} in
-  --quick) quick=yes ;;
-  "") ;;
-  -h|--help) usage; exit 0 ;;
-  *) usage >&2; exit 2 ;;
-esac
+stress=no
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --quick) quick=yes ;;
+    --stress) stress=yes ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+  shift
+done
 
 LOG=.build/verify
 mkdir -p "$LOG"
@@ -71,6 +77,20 @@ step_e2e() {
   [[ $rc -eq 0 ]] || echo "e2e failed; full log: $LOG/e2e.log" >&2
 }
 
+# start_stress keeps every core busy until verify.sh exits.
+start_stress() {
+  local n i
+  n=$(nproc)
+  for ((i = 0; i < n; i++)); do
+    (exec yes >/dev/null) &
+    STRESS_PIDS+=($!)
+  done
+  trap 'kill "${STRESS_PIDS[@]}" 2>/dev/null || true' EXIT
+  echo "==> stress: $n busy processes (pids ${STRESS_PIDS[*]}) for the whole run"
+}
+
+STRESS_PIDS=()
+[[ $stress == no ]] || start_stress
 step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
 step_unit
 if [[ $quick == no ]]; then

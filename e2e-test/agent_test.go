@@ -232,13 +232,13 @@ func TestAgentKilledDuringSafeReadReruns(t *testing.T) {
 	mustGet(t, user, tok, "/health")
 	name := stack + "-" + user + "-agent"
 	// A FIFO makes read_file block until the test writes into it.
-	docker(t, "exec", name, "mkfifo", "/workspace/slow.fifo")
+	mustInAgent(t, user, tok, "mkfifo", "/workspace/slow.fifo")
 	run := prompt(t, user, tok, map[string]any{"text": "read slow.fifo", "wait": false})
 	waitIntent(t, user, tok, run.RunID)
 	docker(t, "kill", "-s", "KILL", name)
 	mustGet(t, user, tok, "/health") // starts the container; the agent reopens storage and reruns the read
 	waitUntil(t, 20*time.Second, "write into the fifo", func() bool {
-		_, err := dockerTry("exec", name, "timeout", "3", "sh", "-c", "echo fed-after-restart > /workspace/slow.fifo")
+		_, err := inAgent(t, user, tok, "timeout", "3", "sh", "-c", "echo fed-after-restart > /workspace/slow.fifo")
 		return err == nil
 	})
 	es := waitRunDone(t, user, tok, run.RunID)
@@ -259,12 +259,12 @@ func TestFreshSandboxHasNoSessionDatabase(t *testing.T) {
 	mustGet(t, user, tok, "/status")
 	r := request(t, "POST", "/u/"+user+"/ingest?name=doc.txt", bearer(tok))
 	_ = r
-	out := docker(t, "exec", stack+"-"+user+"-agent", "ls", "-a", "/data")
+	out := mustInAgent(t, user, tok, "ls", "-a", "/data")
 	if strings.Contains(out, "session.db") {
 		t.Fatalf("/status and /health created the session database: %s", out)
 	}
 	prompt(t, user, tok, map[string]any{"text": "now open it"})
-	if out := docker(t, "exec", stack+"-"+user+"-agent", "ls", "/data"); !strings.Contains(out, "session.db") {
+	if out := mustInAgent(t, user, tok, "ls", "/data"); !strings.Contains(out, "session.db") {
 		t.Fatalf("a prompt did not open the database: %s", out)
 	}
 }
@@ -273,7 +273,7 @@ func TestFreshSandboxHasNoSessionDatabase(t *testing.T) {
 // answers; the gateway listener is the only way to a model.
 func TestSandboxEgressOnlyToGateway(t *testing.T) {
 	user, tok := newUser(t, "egress")
-	mustGet(t, user, tok, "/health")
+	keepAwake(t, user, tok) // the probes share the sandbox's network namespace
 	name := stack + "-" + user + "-agent"
 	gw := ipOn(t, caddyName(), stack+"-"+user+"-net")
 	targets := map[string]bool{
@@ -324,14 +324,13 @@ func TestSandboxEgressOnlyToGateway(t *testing.T) {
 func TestAgentImageHasNoPowers(t *testing.T) {
 	user, tok := newUser(t, "nopowers")
 	mustGet(t, user, tok, "/health")
-	name := stack + "-" + user + "-agent"
 	for _, tool := range []string{"apt", "apt-get", "dpkg", "npm", "npx", "corepack", "pip", "pip3", "apk", "wget", "curl", "nc", "ftpget", "tftp", "telnet", "httpd", "ssh"} {
-		out, err := dockerTry("exec", name, "sh", "-c", "command -v "+tool+" || "+tool+" --help; busybox "+tool+" --help")
+		out, err := inAgent(t, user, tok, "sh", "-c", "command -v "+tool+" || "+tool+" --help; busybox "+tool+" --help")
 		if err == nil || !(strings.Contains(out, "not found")) {
 			t.Errorf("%s is available in the sandbox: %s", tool, out)
 		}
 	}
-	if out, err := dockerTry("exec", name, "sh", "-c", "echo x > /pwned"); err == nil || !strings.Contains(out, "Read-only") {
+	if out, err := inAgent(t, user, tok, "sh", "-c", "echo x > /pwned"); err == nil || !strings.Contains(out, "Read-only") {
 		t.Errorf("writing to / worked: %v %s", err, out)
 	}
 	r := prompt(t, user, tok, map[string]any{"text": "run: apt-get install -y curl; pip install requests; wget http://example.com/x; npm i left-pad"})

@@ -63,7 +63,7 @@ func TestCitationsVerifiedAcrossRestartAndBrokenByTampering(t *testing.T) {
 		t.Fatalf("after restart: %+v", again)
 	}
 	// Alter the stored bytes inside the volume.
-	docker(t, "exec", stack+"-"+user+"-agent", "sh", "-c", "printf 'Dogs never dream.\\n' > /data/corpus/pets.txt/v1")
+	mustInAgent(t, user, tok, "sh", "-c", "printf 'Dogs never dream.\\n' > /data/corpus/pets.txt/v1")
 	broken := citationsOf(t, user, tok, run.RunID)
 	if broken.Status != "attribution_failed" || broken.Citations[0].Verified || !strings.Contains(broken.Citations[0].Problem, "altered") {
 		t.Fatalf("after tampering: %+v", broken)
@@ -85,13 +85,12 @@ func TestBadCitedRepliesAreRejectedAndWriteNothing(t *testing.T) {
 		{"cite-slow parrots mimic", "no longer matches"},
 	} {
 		t.Run(tc.prompt, func(t *testing.T) {
+			var run runResult
 			if tc.prompt == "cite-slow parrots mimic" {
-				go func() {
-					time.Sleep(1200 * time.Millisecond) // during the model's 3 s sleep
-					dockerTry("exec", stack+"-"+user+"-agent", "sh", "-c", "printf 'Parrots are silent.\\n' > /data/corpus/pets.txt/v1")
-				}()
+				run = citeWithTampering(t, user, tok, tc.prompt)
+			} else {
+				run = prompt(t, user, tok, map[string]any{"text": tc.prompt, "citations": "required"})
 			}
-			run := prompt(t, user, tok, map[string]any{"text": tc.prompt, "citations": "required"})
 			if run.Status != "unanswered" {
 				t.Fatalf("bad reply accepted: %+v", run)
 			}
@@ -115,4 +114,27 @@ func TestBadCitedRepliesAreRejectedAndWriteNothing(t *testing.T) {
 	if r := post(t, user, tok, "/ingest?name=big.txt", strings.Repeat("a", 1<<20+10)); r.Code != 413 {
 		t.Fatalf("oversized ingest: %d", r.Code)
 	}
+}
+
+// citeWithTampering runs the fake model's cite-slow rule: after its search
+// the run waits in a shell call until uploads/cite-slow.go exists. The test
+// alters the stored document while it waits, then releases it and returns
+// the finished run (the same requestId, asked again, waits for it).
+func citeWithTampering(t *testing.T, user, tok, text string) runResult {
+	t.Helper()
+	body := map[string]any{"text": text, "citations": "required", "requestId": "slow-" + user}
+	started := prompt(t, user, tok, map[string]any{"text": text, "citations": "required", "requestId": "slow-" + user, "wait": false})
+	waitUntil(t, 60*time.Second, "the run waits in its shell call", func() bool {
+		for _, e := range runEntries(inspectOf(t, user, tok), started.RunID) {
+			if e.Kind == "tool_call" && e.ToolName == "shell" {
+				return true
+			}
+		}
+		return false
+	})
+	mustInAgent(t, user, tok, "sh", "-c", "printf 'Parrots are silent.\\n' > /data/corpus/pets.txt/v1")
+	if r := request(t, "PUT", "/u/"+user+"/uploads/cite-slow.go", bearer(tok)); r.Code != 201 {
+		t.Fatalf("release the run: %d %s", r.Code, r.Body)
+	}
+	return prompt(t, user, tok, body)
 }

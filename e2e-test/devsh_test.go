@@ -83,7 +83,7 @@ func TestCapacityFullIs429(t *testing.T) {
 	c, cTok := newUser(t, "cap-c")
 	prompt(t, a, aTok, map[string]any{"text": "run: sleep 6", "wait": false})
 	prompt(t, b, bTok, map[string]any{"text": "run: sleep 6", "wait": false})
-	time.Sleep(500 * time.Millisecond)
+	// Both runs are ready from the moment their 202 came back: neither sandbox is idle.
 	r := request(t, "GET", "/u/"+c+"/health", bearer(cTok))
 	if r.Code != 429 || r.Header.Get("Retry-After") == "" || r.Header.Get("X-Sandbox-Endpoint") != "" {
 		t.Fatalf("third sandbox while two are busy: %d %v %s", r.Code, r.Header, r.Body)
@@ -103,13 +103,15 @@ func TestReminderDueWhileStackDown(t *testing.T) {
 	due := setReminder(t, user, tok, 6*time.Second, "while down")
 	waitStatus(t, user, "paused", 6*time.Second)
 	devsh(t, "down")
-	time.Sleep(time.Until(due) + 2*time.Second)
+	waitUntil(t, time.Until(due)+30*time.Second, "the reminder's time passes while the stack is down", func() bool {
+		return time.Now().After(due.Add(time.Second))
+	})
 	if n := len(deliveries(t, "/down")); n != 0 {
 		t.Fatalf("delivered %d times while the stack was down", n)
 	}
 	devsh(t, "up")
 	waitDelivery(t, "/down", 30*time.Second)
-	time.Sleep(2 * time.Second)
+	waitNotificationsSettled(t, user, "delivered 1")
 	if n := len(deliveries(t, "/down")); n != 1 {
 		t.Fatalf("delivered %d times", n)
 	}

@@ -41,6 +41,7 @@ func newUser(t *testing.T, prefix string) (string, string) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	user := prefix + "-" + hex.EncodeToString(b)
+	reportOnFailure(t, user)
 	return user, token(t, user)
 }
 
@@ -174,4 +175,104 @@ func waitManagerHealthy(t *testing.T) {
 
 func ipOn(t *testing.T, container, network string) string {
 	return strings.TrimSpace(docker(t, "inspect", "-f", fmt.Sprintf(`{{(index .NetworkSettings.Networks %q).IPAddress}}`, network), container))
+}
+
+// inAgent runs a command in user's agent container with docker exec. The
+// test stack pauses an idle sandbox after 3 s and stops it after 8 s, and
+// exec into a sandbox that is not running fails for that reason alone, so
+// inAgent wakes it with a passive request (GET /health unpauses or starts it
+// without opening storage) and tries again while Docker does not report it
+// running. An error is returned only from an exec into a running container.
+func inAgent(t *testing.T, user, tok string, args ...string) (string, error) {
+	t.Helper()
+	name := stack + "-" + user + "-agent"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if containerStatus(user) != "running" {
+			request(t, "GET", "/u/"+user+"/health", bearer(tok))
+		}
+		out, err := dockerTry(append([]string{"exec", name}, args...)...)
+		if err == nil || containerStatus(user) == "running" || time.Now().After(deadline) {
+			return out, err
+		}
+	}
+}
+
+// mustInAgent is inAgent that fails the test on error.
+func mustInAgent(t *testing.T, user, tok string, args ...string) string {
+	t.Helper()
+	out, err := inAgent(t, user, tok, args...)
+	if err != nil {
+		t.Fatalf("docker exec %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// keepAwake makes an activating request (GET /session opens storage) every
+// 250 ms until the test ends, so the test stack's 3 s idle tier cannot pause
+// the sandbox under a test that needs it running throughout. It returns once
+// Docker reports the container running.
+func keepAwake(t *testing.T, user, tok string) {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/session", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	waitStatus(t, user, "running", 60*time.Second)
+}
+
+// reportOnFailure registers a cleanup that, when the test failed, prints
+// what is needed to see why without rerunning: the sandbox's Docker state
+// and registry row, the manager's log lines about the user, and the tail of
+// the agent's own log.
+func reportOnFailure(t *testing.T, user string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "---- diagnostics for %s\n", user)
+		fmt.Fprintf(&b, "container: %s\n", containerStatus(user))
+		row, _ := dockerTry("exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
+			"SELECT row_to_json(s) FROM sandboxes s WHERE user_id = '"+user+"'")
+		fmt.Fprintf(&b, "registry: %s\n", strings.TrimSpace(row))
+		events, _ := dockerTry("exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
+			"SELECT at || ' ' || kind || ' ' || coalesce(detail::text, '') FROM audit_events WHERE user_id = '"+user+"' ORDER BY id DESC LIMIT 20")
+		fmt.Fprintf(&b, "audit events (newest first):\n%s\n", strings.TrimSpace(events))
+		mlog, _ := dockerTry("logs", managerName())
+		fmt.Fprintf(&b, "manager log lines about %s (last 40):\n%s\n", user, tailMatching(mlog, user, 40))
+		alog, _ := dockerTry("logs", "--tail", "40", stack+"-"+user+"-agent")
+		fmt.Fprintf(&b, "agent log (last 40 lines):\n%s", alog)
+		t.Log(b.String())
+	})
+}
+
+// tailMatching returns the last n lines of s that contain sub.
+func tailMatching(s, sub string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "\n")
 }

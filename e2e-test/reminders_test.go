@@ -95,8 +95,10 @@ func checkReminder(t *testing.T, user, tok, path, state string, ahead time.Durat
 	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
 	late := d.At.Sub(dueExact)
 	t.Logf("reminder while %s: delivered %v after its time", state, late.Round(time.Millisecond))
-	if late < 0 || late > 2*time.Second {
-		t.Errorf("reminder while %s: delivered %v after its time, want within 2 s", state, late)
+	// How late is the bench's business; here: not early, and fired by its
+	// own stored time (well before anyone's next request would have).
+	if late < 0 || late > 10*time.Second {
+		t.Errorf("reminder while %s: delivered %v after its time, want after it and within 10 s", state, late)
 	}
 	if !strings.Contains(d.Body, "stretch "+user) {
 		t.Errorf("notification body %q", d.Body)
@@ -109,10 +111,35 @@ func checkReminder(t *testing.T, user, tok, path, state string, ahead time.Durat
 	if !found {
 		t.Error("no reminder entry in the conversation")
 	}
-	time.Sleep(3 * time.Second)
+	waitNotificationsSettled(t, user, "delivered 1")
 	if n := len(deliveries(t, path)); n != 1 {
 		t.Errorf("reminder delivered %d times", n)
 	}
+}
+
+// waitNotificationsSettled waits until none of user's notifications is
+// pending and their states read want ("status tries", one line each, in id
+// order): from then on the manager sends nothing more for them, so a count
+// of deliveries taken afterwards is final.
+func waitNotificationsSettled(t *testing.T, user, want string) {
+	t.Helper()
+	var got string
+	waitUntil(t, 60*time.Second, "notifications of "+user+" settled as "+want, func() bool {
+		got = strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
+			"SELECT status || ' ' || tries FROM notifications WHERE user_id = '"+user+"' ORDER BY id"))
+		return got == want
+	})
+}
+
+// killManager SIGKILLs the manager and waits until Docker reports it gone,
+// so a following `docker start` really starts it again.
+func killManager(t *testing.T) {
+	t.Helper()
+	docker(t, "kill", "-s", "KILL", managerName())
+	waitUntil(t, 30*time.Second, "the manager is dead", func() bool {
+		out, _ := dockerTry("inspect", "-f", "{{.State.Running}}", managerName())
+		return strings.TrimSpace(out) == "false"
+	})
 }
 
 func TestRemindersFireInSleepingSandboxes(t *testing.T) {
@@ -134,16 +161,15 @@ func TestReminderSurvivesManagerRestart(t *testing.T) {
 	user, tok := reminderUser(t, "rem-restart", "/restart")
 	due := setReminder(t, user, tok, 7*time.Second, "after restart")
 	waitStatus(t, user, "paused", 7*time.Second)
-	docker(t, "kill", "-s", "KILL", managerName())
-	time.Sleep(500 * time.Millisecond)
+	killManager(t)
 	docker(t, "start", managerName())
 	waitManagerHealthy(t)
 	d := waitDelivery(t, "/restart", time.Until(due)+15*time.Second)
 	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
-	if late := d.At.Sub(dueExact); late > 2*time.Second {
-		t.Errorf("after a manager restart the reminder came %v late", late)
+	if late := d.At.Sub(dueExact); late < 0 || late > 10*time.Second {
+		t.Errorf("after a manager restart the reminder came %v after its time", late)
 	}
-	time.Sleep(2 * time.Second)
+	waitNotificationsSettled(t, user, "delivered 1")
 	if n := len(deliveries(t, "/restart")); n != 1 {
 		t.Errorf("delivered %d times", n)
 	}
@@ -194,9 +220,8 @@ func TestReminderToolBadInput(t *testing.T) {
 func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 	user, tok := newUser(t, "busy")
 	mustGet(t, user, tok, "/health")
+	// The submitted run is ready from the moment the 202 comes back.
 	run := prompt(t, user, tok, map[string]any{"text": "run: sleep 2", "wait": false})
-	_ = run
-	time.Sleep(300 * time.Millisecond)
 	if r := post(t, user, tok, "/pause?if_idle=1", ""); r.Code != 409 {
 		t.Fatalf("pause during a running prompt: %d %s", r.Code, r.Body)
 	}
@@ -212,7 +237,12 @@ func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 		close(done)
 	}()
 	pw.Write([]byte(strings.Repeat("a", 1024)))
-	time.Sleep(2500 * time.Millisecond) // the prompt has finished by now
+	waitRunDone(t, user, tok, run.RunID)
+	// The upload handler has opened its temporary file: it is in flight.
+	waitUntil(t, 30*time.Second, "the upload is inside the agent", func() bool {
+		r := request(t, "GET", "/u/"+user+"/files?path=uploads", bearer(tok))
+		return r.Code == 200 && strings.Contains(r.Body, ".slow.bin.tmp")
+	})
 	if r := post(t, user, tok, "/pause?if_idle=1", ""); r.Code != 409 {
 		t.Fatalf("pause during an upload: %d %s", r.Code, r.Body)
 	}

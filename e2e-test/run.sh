@@ -64,7 +64,7 @@ main() {
   build_probe
 
   local rc=0
-  go test -tags e2e -count=1 -v -timeout 20m ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
+  go test -tags e2e -count=1 -v -timeout 45m ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
   local passed failed
   passed=$(grep -cE '^\s*--- PASS' "$LOG/go-test.log" || true)
   failed=$(grep -cE '^\s*--- FAIL' "$LOG/go-test.log" || true)

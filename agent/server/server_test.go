@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
@@ -31,8 +30,10 @@ type agent struct {
 	dir    string
 	ws     string
 	db     string
-	holdMu sync.Mutex
-	hold   chan struct{} // while non-nil, model calls wait for it
+	holdMu  sync.Mutex
+	hold    chan struct{} // while non-nil, model calls wait for it
+	held    chan struct{} // receives once per model call that waits on hold
+	reading chan struct{} // receives when a request handler first reads its body
 }
 
 // slowProvider delays answers while a.hold is set, so tests can catch a run in flight.
@@ -46,13 +47,35 @@ func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req open
 	c := p.a.hold
 	p.a.holdMu.Unlock()
 	if c != nil {
+		select {
+		case p.a.held <- struct{}{}:
+		default:
+		}
 		<-c
 	}
 	return p.Provider.Serve(ctx, w, req, raw)
 }
 
+// signalBody tells the test when a handler starts reading its request body:
+// from then on the request is inside the server and counted as in flight.
+type signalBody struct {
+	io.ReadCloser
+	c    chan struct{}
+	once sync.Once
+}
+
+func (b *signalBody) Read(p []byte) (int, error) {
+	b.once.Do(func() {
+		select {
+		case b.c <- struct{}{}:
+		default:
+		}
+	})
+	return b.ReadCloser.Read(p)
+}
+
 func newAgent(t *testing.T) *agent {
-	a := &agent{t: t, dir: t.TempDir()}
+	a := &agent{t: t, dir: t.TempDir(), held: make(chan struct{}, 1), reading: make(chan struct{}, 1)}
 	a.ws = filepath.Join(a.dir, "workspace")
 	a.db = filepath.Join(a.dir, "data", "session.db")
 	os.MkdirAll(filepath.Dir(a.db), 0o755)
@@ -69,7 +92,11 @@ func newAgent(t *testing.T) *agent {
 	a.srv = server.New(server.Config{User: "u", SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
 		Harness: durable.Options{Tools: tools.Builtin(workspace.Workspace{Dir: a.ws}, "/bin/sh"), Redact: red.Redact},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
-	a.http = httptest.NewServer(a.srv.Handler())
+	h := a.srv.Handler()
+	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = &signalBody{ReadCloser: r.Body, c: a.reading}
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() { a.http.Close(); a.srv.Close() })
 	return a
 }
@@ -347,7 +374,7 @@ func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 		m["code"] = code
 		done <- m
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-a.held // the prompt is inside the model call
 	if code, _ := a.do("POST", "/pause?if_idle=1", ""); code != 409 {
 		t.Fatalf("pause during a running prompt: %d", code)
 	}
@@ -369,8 +396,9 @@ func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 		}
 		close(upDone)
 	}()
+	drain(a.reading)
 	pw.Write(bytes.Repeat([]byte("a"), 1024))
-	time.Sleep(100 * time.Millisecond)
+	<-a.reading // the upload handler is reading its body
 	if code, _ := a.do("POST", "/pause?if_idle=1", ""); code != 409 {
 		t.Fatalf("pause during an upload: %d", code)
 	}
@@ -388,5 +416,16 @@ func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 	}
 	if _, st := a.do("GET", "/status", ""); st["storage_open"] != true {
 		t.Fatalf("status after wake %v", st)
+	}
+}
+
+// drain empties a signal channel so the next receive waits for a new signal.
+func drain(c chan struct{}) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
 	}
 }

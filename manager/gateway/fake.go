@@ -254,13 +254,18 @@ func splitWords(s string, n int) []string {
 	return append(out, s)
 }
 
+// citeSlowWait is the -slow variant's pause: until the owner uploads
+// uploads/cite-slow.go, or 60 s.
+const citeSlowWait = "timeout 60 sh -c 'until [ -e uploads/cite-slow.go ]; do sleep 1; done'"
+
 var citeRule = regexp.MustCompile(`^cite(-uncited|-undeclared|-slow)? (.+)$`)
 var citeHit = regexp.MustCompile(`(?m)^\[(c\d+)\] \S+ v\d+ line \d+: (.*)$`)
 
 // citationReply drives the citations gate. For an owner message
 // "cite[-uncited|-undeclared|-slow] <query>": first corpus_search; then
-// (for -slow, after a 3 s shell sleep, so a test can alter the document
-// meanwhile) a reply: every line cited, or deliberately one uncited line,
+// (for -slow, after a shell call that waits until the workspace file
+// uploads/cite-slow.go exists, at most 60 s, so a test can alter the
+// document meanwhile and then let the run go on) a reply: every line cited, or deliberately one uncited line,
 // or an id the search never returned. It keeps the same answer when the
 // gate rejects it.
 func citationReply(req openai.ChatRequest) (Reply, bool) {
@@ -298,7 +303,7 @@ func citationReply(req openai.ChatRequest) (Reply, bool) {
 	case hits == nil:
 		return Reply{Text: "I found nothing in the documents about that."}, true
 	case variant == "-slow" && !slept:
-		return call("shell", map[string]any{"command": "sleep 3"}), true
+		return call("shell", map[string]any{"command": citeSlowWait}), true
 	}
 	id, quote := hits[0][1], hits[0][2]
 	switch variant {

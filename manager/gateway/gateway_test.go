@@ -33,7 +33,7 @@ func (r *recorder) RecordUsage(_ context.Context, user, model string, in, out in
 // waitCalls returns the recorded usage once n calls are in; usage is
 // recorded after the answer is streamed, so it may lag the client a moment.
 func (r *recorder) waitCalls(n int) []string {
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r.mu.Lock()
 		calls := append([]string(nil), r.calls...)
