@@ -24,12 +24,12 @@ import (
 )
 
 type agent struct {
-	t      *testing.T
-	srv    *server.Server
-	http   *httptest.Server
-	dir    string
-	ws     string
-	db     string
+	t       *testing.T
+	srv     *server.Server
+	http    *httptest.Server
+	dir     string
+	ws      string
+	db      string
 	holdMu  sync.Mutex
 	hold    chan struct{} // while non-nil, model calls wait for it
 	held    chan struct{} // receives once per model call that waits on hold
