@@ -25,7 +25,8 @@ func startSink(t *testing.T) {
 		return
 	}
 	dockerTry("rm", "-f", sinkName())
-	docker(t, "run", "-d", "--name", sinkName(), "--label", "affido.stack="+stack, "--network", stack+"_control", "affido/probe:test", "-sink", ":9999")
+	docker(t, "run", "-d", "--name", sinkName(), "--label", "affido.stack="+stack, "--network", stack+"_control",
+		"--ip", env("AFFIDO_E2E_SINK_IP", "10.212.1.50"), "affido/probe:test", "-sink", ":9999")
 }
 
 type delivery struct {

@@ -15,6 +15,10 @@ export AFFIDO_CADDY_IP=10.212.1.10
 export AFFIDO_SANDBOX_POOL=10.214.0.0/16
 export AFFIDO_IDLE_PAUSE=3s AFFIDO_IDLE_STOP=8s AFFIDO_IDLE_REMOVE=13s AFFIDO_TICK=250ms
 export AFFIDO_MAX_RUNNING=0
+# The notification sink the reminder suites deliver to, at a fixed address on
+# the control network: the one address the outbound guard is told to allow.
+export AFFIDO_E2E_SINK_IP=10.212.1.50
+export AFFIDO_OUTBOUND_ALLOW=$AFFIDO_E2E_SINK_IP/32
 export AFFIDO_E2E_URL=http://127.0.0.1:$AFFIDO_PORT
 
 LOG=.build/e2e

@@ -66,11 +66,11 @@ type hook struct {
 	between func()
 }
 
-func (p hook) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error) {
+func (p hook) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
 	if p.between != nil && len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
 		p.between()
 	}
-	return p.Provider.Serve(ctx, w, req, raw)
+	return p.Provider.Serve(ctx, w, req)
 }
 
 func (e *env) ask(t *testing.T, text string) (durable.Submission, []durable.Entry) {

@@ -21,6 +21,7 @@ import (
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
+	"github.com/affido/affido/internal/httpserve"
 )
 
 // systemPrompt carries no time or other per-request data, so provider
@@ -96,7 +97,7 @@ func serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserve.New(s.Handler())
 	log.Info("agent listening", "addr", addr, "user", os.Getenv("AFFIDO_USER"))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

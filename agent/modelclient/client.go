@@ -41,7 +41,7 @@ func New(baseURL, token string) *Client {
 
 // Stream sends req and reads the streamed answer.
 func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta func(string)) (durable.ModelResponse, error) {
-	body := openai.ChatRequest{Model: req.Model, Stream: true, StreamOptions: json.RawMessage(`{"include_usage":true}`)}
+	body := openai.ChatRequest{Model: req.Model, Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
 	for _, m := range req.Messages {
 		wm := openai.ChatMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
 		for i, tc := range m.ToolCalls {

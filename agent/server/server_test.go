@@ -42,7 +42,7 @@ type slowProvider struct {
 	a *agent
 }
 
-func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error) {
+func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
 	p.a.holdMu.Lock()
 	c := p.a.hold
 	p.a.holdMu.Unlock()
@@ -53,7 +53,7 @@ func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req open
 		}
 		<-c
 	}
-	return p.Provider.Serve(ctx, w, req, raw)
+	return p.Provider.Serve(ctx, w, req)
 }
 
 // signalBody tells the test when a handler starts reading its request body:

@@ -11,7 +11,18 @@ type ChatRequest struct {
 	Messages      []ChatMessage   `json:"messages"`
 	Tools         []ChatTool      `json:"tools,omitempty"`
 	Stream        bool            `json:"stream,omitempty"`
-	StreamOptions json.RawMessage `json:"stream_options,omitempty"`
+	StreamOptions *StreamOptions  `json:"stream_options,omitempty"`
+	// Sampling settings SDKs commonly send; forwarded as decoded.
+	Temperature         *float64 `json:"temperature,omitempty"`
+	TopP                *float64 `json:"top_p,omitempty"`
+	MaxTokens           *int64   `json:"max_tokens,omitempty"`
+	MaxCompletionTokens *int64   `json:"max_completion_tokens,omitempty"`
+	Seed                *int64   `json:"seed,omitempty"`
+}
+
+// StreamOptions asks for a final usage chunk in a stream.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
 }
 
 // ChatMessage is one message.
@@ -77,4 +88,6 @@ type ChunkDelta struct {
 // ErrorBody is the error object a provider may send in a stream or body.
 type ErrorBody struct {
 	Message string `json:"message"`
+	Type    string `json:"type,omitempty"`
+	Code    string `json:"code,omitempty"`
 }

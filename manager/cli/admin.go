@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -13,16 +15,18 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func adminURL() string {
-	if v := os.Getenv("AFFIDO_ADMIN_URL"); v != "" {
+// adminSocket is where the running manager's admin API listens.
+func adminSocket() string {
+	if v := os.Getenv("AFFIDO_ADMIN_SOCKET"); v != "" {
 		return v
 	}
-	return "http://127.0.0.1:9091"
+	return "/run/affido/admin.sock"
 }
 
-// adminCall sends one request to the running manager's admin API.
+// adminCall sends one request to the running manager's admin API, over its
+// unix socket (it never listens on TCP).
 func adminCall(method, path string, q url.Values, out any) error {
-	u := adminURL() + path
+	u := "http://admin" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -30,9 +34,15 @@ func adminCall(method, path string, q url.Values, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	sock := adminSocket()
+	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("reach the manager's admin API at %s (run this inside the manager container: docker exec <manager> affido admin ...): %w", adminURL(), err)
+		return fmt.Errorf("reach the manager's admin API at %s (run this inside the manager container: docker exec <manager> affido admin ...): %w", sock, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -5,20 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/affido/affido/internal/httpserve"
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/notify"
+	"github.com/affido/affido/manager/outbound"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/server"
@@ -167,23 +173,28 @@ func serve(ctx context.Context) error {
 	if cfg.Provider == "openrouter" {
 		provider = &gateway.OpenRouter{URL: cfg.OpenRouterURL, Key: cfg.OpenRouterKey, Allow: cfg.OpenRouterModels}
 	}
-	deliverer := notify.New(store, log)
+	deliverer := notify.New(store, log, outbound.NewClient(outbound.Config{
+		Allow: cfg.OutboundAllow,
+		Deny:  []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
+	}))
 	go deliverer.Run(ctx)
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
-		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir}
+		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
+		NotifyQueueMax: cfg.NotifyQueueMax}
 	admin := &server.Admin{Manager: mgr, Store: store}
 	errc := make(chan error, 2)
-	servers := []*http.Server{
-		{Addr: cfg.Listen, Handler: pub.Handler(), ReadHeaderTimeout: 10 * time.Second},
-		{Addr: cfg.AdminListen, Handler: admin.Handler(), ReadHeaderTimeout: 10 * time.Second},
+	pubLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	for _, srv := range servers {
-		ln, err := net.Listen("tcp", srv.Addr)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", srv.Addr, err)
-		}
-		log.Info("listening", "addr", srv.Addr)
-		go func() { errc <- srv.Serve(ln) }()
+	adminLn, err := listenAdmin(cfg.AdminSocket)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{httpserve.New(pub.Handler()), httpserve.New(admin.Handler())}
+	for i, ln := range []net.Listener{pubLn, adminLn} {
+		log.Info("listening", "addr", ln.Addr().String())
+		go func() { errc <- servers[i].Serve(ln) }()
 	}
 	select {
 	case <-ctx.Done():
@@ -203,4 +214,26 @@ func serve(ctx context.Context) error {
 type healthOf struct {
 	*registry.Store
 	*lifecycle.Manager
+}
+
+// listenAdmin listens on the admin API's unix socket, readable and writable
+// by the manager's user alone; a stale socket from an earlier run is removed.
+func listenAdmin(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("admin socket directory: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale admin socket: %w", err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin socket mode: %w", err)
+	}
+	return ln, nil
 }

@@ -13,32 +13,35 @@ import (
 
 // Config is the manager's configuration.
 type Config struct {
-	PostgresDSN      string        // AFFIDO_POSTGRES_DSN
-	Listen           string        // AFFIDO_LISTEN: forward_auth, gateway, metrics (control network)
-	AdminListen      string        // AFFIDO_ADMIN_LISTEN: admin API (loopback only)
-	Stack            string        // AFFIDO_STACK: name prefix and label of Docker objects
-	AgentImage       string        // AFFIDO_AGENT_IMAGE
-	SandboxPool      netip.Prefix  // AFFIDO_SANDBOX_POOL
-	SubnetBits       int           // AFFIDO_SANDBOX_SUBNET_BITS
-	SandboxProxy     string        // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
-	GatewayContainer string        // AFFIDO_GATEWAY_CONTAINER: Caddy's container name
-	GatewayURL       string        // AFFIDO_GATEWAY_URL: the gateway as sandboxes see it
-	IdlePause        time.Duration // AFFIDO_IDLE_PAUSE
-	IdleStop         time.Duration // AFFIDO_IDLE_STOP
-	IdleRemove       time.Duration // AFFIDO_IDLE_REMOVE
-	MaxRunning       int           // AFFIDO_MAX_RUNNING
-	ProvisionTimeout time.Duration // AFFIDO_PROVISION_TIMEOUT
-	Tick             time.Duration // AFFIDO_TICK: idle and wake scan interval
-	SandboxMemory    int64         // AFFIDO_SANDBOX_MEMORY_MB (MiB)
-	SandboxCPUs      float64       // AFFIDO_SANDBOX_CPUS
-	SandboxPids      int64         // AFFIDO_SANDBOX_PIDS
-	Provider         string        // AFFIDO_PROVIDER: fake or openrouter
-	DefaultModel     string        // AFFIDO_DEFAULT_MODEL: the agents' model unless a prompt names one
-	FakeModels       []string      // AFFIDO_FAKE_MODELS
-	OpenRouterURL    string        // AFFIDO_OPENROUTER_URL
-	OpenRouterKey    string        // AFFIDO_OPENROUTER_KEY, or the file AFFIDO_OPENROUTER_KEY_FILE
-	OpenRouterModels []string      // AFFIDO_OPENROUTER_MODELS (empty: any vendor/model)
-	MarketplaceDir   string        // AFFIDO_MARKETPLACE_DIR: the built marketplace
+	PostgresDSN      string         // AFFIDO_POSTGRES_DSN
+	Listen           string         // AFFIDO_LISTEN: forward_auth, gateway, metrics (control network)
+	AdminSocket      string         // AFFIDO_ADMIN_SOCKET: admin API (a unix socket, mode 0600; never TCP)
+	Stack            string         // AFFIDO_STACK: name prefix and label of Docker objects
+	AgentImage       string         // AFFIDO_AGENT_IMAGE
+	SandboxPool      netip.Prefix   // AFFIDO_SANDBOX_POOL
+	SubnetBits       int            // AFFIDO_SANDBOX_SUBNET_BITS
+	SandboxProxy     string         // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
+	GatewayContainer string         // AFFIDO_GATEWAY_CONTAINER: Caddy's container name
+	GatewayURL       string         // AFFIDO_GATEWAY_URL: the gateway as sandboxes see it
+	IdlePause        time.Duration  // AFFIDO_IDLE_PAUSE
+	IdleStop         time.Duration  // AFFIDO_IDLE_STOP
+	IdleRemove       time.Duration  // AFFIDO_IDLE_REMOVE
+	MaxRunning       int            // AFFIDO_MAX_RUNNING
+	ProvisionTimeout time.Duration  // AFFIDO_PROVISION_TIMEOUT
+	Tick             time.Duration  // AFFIDO_TICK: idle and wake scan interval
+	SandboxMemory    int64          // AFFIDO_SANDBOX_MEMORY_MB (MiB)
+	SandboxCPUs      float64        // AFFIDO_SANDBOX_CPUS
+	SandboxPids      int64          // AFFIDO_SANDBOX_PIDS
+	Provider         string         // AFFIDO_PROVIDER: fake or openrouter
+	DefaultModel     string         // AFFIDO_DEFAULT_MODEL: the agents' model unless a prompt names one
+	FakeModels       []string       // AFFIDO_FAKE_MODELS
+	OpenRouterURL    string         // AFFIDO_OPENROUTER_URL
+	OpenRouterKey    string         // AFFIDO_OPENROUTER_KEY, or the file AFFIDO_OPENROUTER_KEY_FILE
+	OpenRouterModels []string       // AFFIDO_OPENROUTER_MODELS (empty: any vendor/model)
+	MarketplaceDir   string         // AFFIDO_MARKETPLACE_DIR: the built marketplace
+	ControlSubnet    netip.Prefix   // AFFIDO_CONTROL_SUBNET: refused to outbound calls
+	NotifyQueueMax   int            // AFFIDO_NOTIFY_QUEUE_MAX: pending notifications per user
+	OutboundAllow    []netip.Prefix // AFFIDO_OUTBOUND_ALLOW: ranges outbound calls may reach despite the guard
 }
 
 func list(s string) []string {
@@ -77,7 +80,7 @@ func Load() (Config, error) {
 	c := Config{
 		PostgresDSN:      str("AFFIDO_POSTGRES_DSN", "postgres://affido:affido@oltp:5432/affido?sslmode=disable"),
 		Listen:           str("AFFIDO_LISTEN", ":9090"),
-		AdminListen:      str("AFFIDO_ADMIN_LISTEN", "127.0.0.1:9091"),
+		AdminSocket:      str("AFFIDO_ADMIN_SOCKET", "/run/affido/admin.sock"),
 		Stack:            str("AFFIDO_STACK", "affido"),
 		AgentImage:       str("AFFIDO_AGENT_IMAGE", "affido/agent:dev"),
 		SubnetBits:       int(num("AFFIDO_SANDBOX_SUBNET_BITS", 28)),
@@ -92,6 +95,7 @@ func Load() (Config, error) {
 		Tick:             dur("AFFIDO_TICK", "1s"),
 		SandboxMemory:    num("AFFIDO_SANDBOX_MEMORY_MB", 512) << 20,
 		SandboxPids:      num("AFFIDO_SANDBOX_PIDS", 256),
+		NotifyQueueMax:   int(num("AFFIDO_NOTIFY_QUEUE_MAX", 100)),
 	}
 	c.Provider = str("AFFIDO_PROVIDER", "fake")
 	c.MarketplaceDir = str("AFFIDO_MARKETPLACE_DIR", "/marketplace")
@@ -128,6 +132,19 @@ func Load() (Config, error) {
 		errs = append(errs, fmt.Errorf("AFFIDO_SANDBOX_POOL: %w", err))
 	}
 	c.SandboxPool = pool.Masked()
+	control, err := netip.ParsePrefix(str("AFFIDO_CONTROL_SUBNET", "10.212.0.0/24"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("AFFIDO_CONTROL_SUBNET: %w", err))
+	}
+	c.ControlSubnet = control.Masked()
+	for _, s := range list(os.Getenv("AFFIDO_OUTBOUND_ALLOW")) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("AFFIDO_OUTBOUND_ALLOW: want CIDR ranges such as 192.0.2.7/32, got %q", s))
+			continue
+		}
+		c.OutboundAllow = append(c.OutboundAllow, p.Masked())
+	}
 	c.SandboxCPUs, err = strconv.ParseFloat(str("AFFIDO_SANDBOX_CPUS", "1"), 64)
 	if err != nil || c.SandboxCPUs <= 0 {
 		errs = append(errs, fmt.Errorf("AFFIDO_SANDBOX_CPUS: want a positive number, got %q", os.Getenv("AFFIDO_SANDBOX_CPUS")))

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/affido/affido/internal/openai"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/affido/affido/internal/openai"
 )
 
 // Reply is one scripted model answer: text, or tool calls.
@@ -168,9 +169,8 @@ func (f *Fake) Answer(req openai.ChatRequest) Reply {
 func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
 	if f.failNow(req) {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, err := fmt.Fprint(w, `{"error":{"message":"the scripted model is flaky on purpose"}}`)
-		return openai.ChatUsage{}, err
+		openai.WriteError(w, http.StatusServiceUnavailable, "server_error", "flaky", "the scripted model is flaky on purpose")
+		return openai.ChatUsage{}, nil
 	}
 	reply := f.Answer(req)
 	var in int64

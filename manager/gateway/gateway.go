@@ -12,14 +12,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/openai"
 )
 
 // Provider answers chat completion requests.
@@ -28,22 +27,18 @@ type Provider interface {
 	Known(model string) bool
 	// List returns the models to advertise.
 	List() []string
-	// Serve writes the answer to w and returns the usage it saw.
-	Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error)
+	// Serve writes the answer to w and returns the usage it saw. req is
+	// the validated request; a provider sends nothing else upstream.
+	Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error)
 }
 
 // List returns the models the fake serves.
 func (f *Fake) List() []string { return f.Models }
 
-// Serve with the raw body unused, for Provider.
-type fakeProvider struct{ *Fake }
-
-func (p fakeProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, _ []byte) (openai.ChatUsage, error) {
-	return p.Fake.Serve(ctx, w, req)
-}
+var _ Provider = (*Fake)(nil)
 
 // FakeProvider returns the scripted model as a Provider.
-func FakeProvider(f *Fake) Provider { return fakeProvider{f} }
+func FakeProvider(f *Fake) Provider { return f }
 
 // Caller is who is calling: the user whose sandbox presented its token
 // from its own address. status is non-zero when the call is refused.
@@ -73,7 +68,7 @@ func (h *Handler) Register(mux *http.ServeMux) {
 
 func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 	if _, status, why := h.Caller(r); status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
+		openai.WriteError(w, status, "authentication_error", "gateway_auth", why)
 		return
 	}
 	var data []map[string]string
@@ -87,28 +82,28 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 	user, status, why := h.Caller(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
+		openai.WriteError(w, status, "authentication_error", "gateway_auth", why)
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
 	if err != nil {
-		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("chat requests are limited to %d bytes", MaxBody))
+		openai.WriteError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "too_large", fmt.Sprintf("chat requests are limited to %d bytes", MaxBody))
 		return
 	}
-	var req openai.ChatRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		problem.Write(w, http.StatusBadRequest, "bad-request", "body is not a chat completions request: "+err.Error())
+	req, err := openai.DecodeRequest(raw)
+	if err != nil {
+		openai.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "body is not a chat completions request: "+err.Error())
 		return
 	}
 	if req.Model == "" || len(req.Messages) == 0 {
-		problem.Write(w, http.StatusBadRequest, "bad-request", "model and messages are required")
+		openai.WriteError(w, http.StatusBadRequest, "invalid_request_error", "bad_request", "model and messages are required")
 		return
 	}
 	if !h.Provider.Known(req.Model) {
-		problem.Write(w, http.StatusBadRequest, "unknown-model", fmt.Sprintf("model %q is not served here; GET /v1/gateway/models lists them", req.Model))
+		openai.WriteError(w, http.StatusBadRequest, "invalid_request_error", "model_not_found", fmt.Sprintf("model %q is not served here; GET /v1/gateway/models lists them", req.Model))
 		return
 	}
-	usage, err := h.Provider.Serve(r.Context(), w, req, raw)
+	usage, err := h.Provider.Serve(r.Context(), w, req)
 	if err != nil {
 		h.Log.Warn("gateway: provider failed", "user", user, "model", req.Model, "err", err)
 	}
@@ -146,10 +141,14 @@ func (o *OpenRouter) Known(model string) bool {
 // List returns the allowed models.
 func (o *OpenRouter) List() []string { return o.Allow }
 
-// Serve forwards raw upstream and streams the answer back, reading the
-// usage chunk as it passes.
-func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest, raw []byte) (openai.ChatUsage, error) {
-	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(o.URL, "/")+"/chat/completions", bytes.NewReader(raw))
+// Serve sends the validated request upstream, re-encoded, and streams the
+// answer back, reading the usage chunk as it passes.
+func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return openai.ChatUsage{}, err
+	}
+	up, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(o.URL, "/")+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return openai.ChatUsage{}, err
 	}
@@ -161,7 +160,8 @@ func (o *OpenRouter) Serve(ctx context.Context, w http.ResponseWriter, req opena
 	}
 	resp, err := client.Do(up)
 	if err != nil {
-		problem.RetryAfter(w, http.StatusBadGateway, 2, "upstream-unavailable", "the model provider could not be reached")
+		w.Header().Set("Retry-After", "2")
+		openai.WriteError(w, http.StatusBadGateway, "server_error", "upstream_unavailable", "the model provider could not be reached")
 		return openai.ChatUsage{}, err
 	}
 	defer resp.Body.Close()

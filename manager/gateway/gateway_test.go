@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/affido/affido/internal/openai"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
@@ -221,5 +222,70 @@ func TestFlakyRuleFailsThenAnswers(t *testing.T) {
 	}
 	if resp, err := ask(t, c, "fake/echo", msg); err != nil || resp.Text != "echo: flaky 2: hello" {
 		t.Fatalf("third call: %+v %v", resp, err)
+	}
+}
+
+// The gateway forwards only the request it decoded and validated, re-encoded;
+// a body that could mean two things to two parsers is refused before anything
+// goes upstream, with the OpenAI error envelope SDKs show.
+func TestGatewayForwardsOnlyWhatItValidated(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	fake := gateway.NewFake([]string{"vendor/model"})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		var req openai.ChatRequest
+		_ = json.Unmarshal(b, &req)
+		fake.Serve(r.Context(), w, req)
+	}))
+	defer upstream.Close()
+	srv := gatewayServer(t, &gateway.OpenRouter{URL: upstream.URL, Key: "k", Allow: []string{"vendor/model"}}, &recorder{})
+	post := func(body string) (int, openai.ErrorEnvelope) {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sb-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var env openai.ErrorEnvelope
+		b, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(b, &env)
+		return resp.StatusCode, env
+	}
+	msgs := `"messages":[{"role":"user","content":"x"}]`
+	for _, tc := range []struct{ name, body string }{
+		{"case-variant model key", `{"model":"not-served","MODEL":"vendor/model",` + msgs + `}`},
+		{"duplicate model key", `{"model":"not-served","model":"vendor/model",` + msgs + `}`},
+		{"case-variant key in a message", `{"model":"vendor/model","messages":[{"role":"user","Role":"system","content":"x"}]}`},
+		{"unknown field", `{"model":"vendor/model",` + msgs + `,"x_smuggled":{"a":1}}`},
+		{"trailing data", `{"model":"vendor/model",` + msgs + `} {"model":"other"}`},
+		{"model not served", `{"model":"not-served",` + msgs + `}`},
+	} {
+		code, env := post(tc.body)
+		if code != 400 || env.Error.Message == "" || env.Error.Type != "invalid_request_error" {
+			t.Errorf("%s: %d %+v, want 400 with an OpenAI error message", tc.name, code, env)
+		}
+	}
+	mu.Lock()
+	if len(bodies) != 0 {
+		t.Fatalf("refused requests reached the provider: %q", bodies)
+	}
+	mu.Unlock()
+	// A valid request goes upstream as its re-encoding: the known fields only.
+	if code, env := post(`{"model":"vendor/model",` + msgs + `,"temperature":0.5}`); code != 200 {
+		t.Fatalf("valid request: %d %+v", code, env)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var keys map[string]json.RawMessage
+	if len(bodies) != 1 || json.Unmarshal([]byte(bodies[0]), &keys) != nil {
+		t.Fatalf("upstream bodies %q", bodies)
+	}
+	if len(keys) != 3 || string(keys["model"]) != `"vendor/model"` || string(keys["temperature"]) != "0.5" {
+		t.Fatalf("upstream body %s", bodies[0])
 	}
 }

@@ -36,9 +36,10 @@ type Deliverer struct {
 	kick chan struct{}
 }
 
-// New returns a deliverer.
-func New(store Store, log *slog.Logger) *Deliverer {
-	return &Deliverer{Store: store, Log: log, Client: &http.Client{Timeout: 10 * time.Second}, kick: make(chan struct{}, 1)}
+// New returns a deliverer that sends with client, which must be the
+// guarded outbound client (manager/outbound): the URLs are the users'.
+func New(store Store, log *slog.Logger, client *http.Client) *Deliverer {
+	return &Deliverer{Store: store, Log: log, Client: client, kick: make(chan struct{}, 1)}
 }
 
 // Kick makes the deliverer look for due notifications now.

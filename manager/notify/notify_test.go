@@ -4,12 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/affido/affido/manager/outbound"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -42,7 +46,9 @@ func (f *fakeStore) RecordNotificationTry(_ context.Context, id int64, n, code i
 }
 
 func deliverer(st Store) *Deliverer {
-	d := New(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// The test servers listen on 127.0.0.1: the operator allows exactly that.
+	client := outbound.NewClient(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	d := New(st, slog.New(slog.NewTextHandler(io.Discard, nil)), client)
 	d.Backoff = func(int) time.Duration { return time.Millisecond }
 	return d
 }
@@ -114,5 +120,37 @@ func TestRunDeliversWhenKicked(t *testing.T) {
 	case <-hits:
 	case <-time.After(3 * time.Second):
 		t.Fatal("not delivered after a kick")
+	}
+}
+
+// A notification endpoint that redirects to an address the guard refuses
+// (here another loopback address, as the admin API or Caddy's control
+// listener would be) gets nothing delivered there: every try fails.
+func TestRedirectInwardIsRefused(t *testing.T) {
+	var innerHits atomic.Int64
+	inner := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { innerHits.Add(1) }))
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("listen on 127.0.0.2: %v", err)
+	}
+	inner.Listener = ln
+	inner.Start()
+	defer inner.Close()
+	outer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, inner.URL+"/admin/session?user=victim&token=chosen", http.StatusTemporaryRedirect)
+	}))
+	defer outer.Close()
+	st := &fakeStore{}
+	d := deliverer(st)
+	for try := 0; try < MaxTries; try++ {
+		d.deliver(context.Background(), registry.Notification{ID: 1, UserID: "u", Key: "k", Text: "x", URL: outer.URL, Tries: try})
+	}
+	if innerHits.Load() != 0 {
+		t.Fatal("the redirect target was reached")
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n := len(st.tries); n != MaxTries || st.tries[n-1].status != "failed" {
+		t.Fatalf("tries %+v, want %d ending failed", st.tries, MaxTries)
 	}
 }

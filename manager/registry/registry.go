@@ -21,6 +21,10 @@ import (
 // ErrNotFound is returned when a row asked for does not exist.
 var ErrNotFound = errors.New("not found")
 
+// ErrQueueFull is returned when a user has as many pending notifications
+// as allowed.
+var ErrQueueFull = errors.New("notification queue full")
+
 // ErrUnauthenticated is returned for missing, unknown or expired credentials.
 var ErrUnauthenticated = errors.New("unauthenticated")
 
@@ -324,14 +328,29 @@ type Notification struct {
 }
 
 // EnqueueNotification stores a notification once per (user, key) and
-// reports whether it was new.
-func (s *Store) EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO notifications (user_id, key, text, due_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (user_id, key) DO NOTHING`, user, key, text, due)
+// reports whether it was new. With max or more of the user's notifications
+// still pending it stores nothing and returns ErrQueueFull (a key already
+// stored is still reported as not new). Two concurrent calls may pass the
+// count together: the cap is soft by at most the concurrency.
+func (s *Store) EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO notifications (user_id, key, text, due_at)
+		SELECT $1, $2, $3, $4
+		WHERE (SELECT count(*) FROM notifications WHERE user_id = $1 AND status = 'pending') < $5
+		ON CONFLICT (user_id, key) DO NOTHING`, user, key, text, due, max)
 	if err != nil {
 		return false, fmt.Errorf("enqueue notification for %s: %w", user, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notifications WHERE user_id = $1 AND key = $2)`, user, key).Scan(&exists); err != nil {
+		return false, fmt.Errorf("enqueue notification for %s: %w", user, err)
+	}
+	if exists {
+		return false, nil
+	}
+	return false, fmt.Errorf("enqueue notification for %s: %w", user, ErrQueueFull)
 }
 
 // DueNotifications returns pending notifications whose next attempt is due.

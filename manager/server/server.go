@@ -7,10 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,7 +70,9 @@ type Server struct {
 	Usage    gateway.UsageRecorder
 	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
 	Notifications interface {
-		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time) (bool, error)
+		// EnqueueNotification stores a notification once per key; with max
+		// pending ones queued already it returns registry.ErrQueueFull.
+		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error)
 	}
 	Kick func()
 	// MarketplaceDir holds the built marketplace served to sandboxes.
@@ -76,6 +80,23 @@ type Server struct {
 	Log            *slog.Logger
 	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
 	AuthTimeout time.Duration
+	// NotifyQueueMax caps a user's pending notifications (default 100).
+	NotifyQueueMax int
+
+	throttleOnce sync.Once
+	throttle     *authThrottle
+}
+
+// Failed authentications per source address: 20 at once, then one more
+// every 3 s.
+const (
+	authFailureBurst = 20
+	authFailureEvery = 3 * time.Second
+)
+
+func (s *Server) authThrottle() *authThrottle {
+	s.throttleOnce.Do(func() { s.throttle = newAuthThrottle(authFailureEvery, authFailureBurst) })
+	return s.throttle
 }
 
 // Handler returns the public handler (reached from Caddy on the control network).
@@ -159,11 +180,19 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
+	src := sourceAddr(r)
+	if wait, blocked := s.authThrottle().blocked(src); blocked {
+		result = "throttled"
+		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
+			"too many failed authentications from this address; try again later")
+		return
+	}
 	actx, cancel := context.WithTimeout(r.Context(), timeout)
 	owner, err := s.authenticate(actx, r)
 	cancel()
 	switch {
 	case errors.Is(err, registry.ErrUnauthenticated):
+		s.authThrottle().failed(src)
 		result = "unauthenticated"
 		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
 		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
@@ -177,6 +206,13 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		result = "forbidden"
 		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
 		return
+	}
+	if session, bearer := credentials(r); bearer == "" && session != "" {
+		if err := checkCookieWrite(r, r.URL.Query().Get("path")); err != nil {
+			result = "cross_site"
+			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
+			return
+		}
 	}
 	ep, err := s.Resolver.Resolve(r.Context(), user, lifecycle.Activating(r.URL.Query().Get("path")))
 	switch {
@@ -272,7 +308,16 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "notifications are not configured")
 		return
 	}
-	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt)
+	max := s.NotifyQueueMax
+	if max <= 0 {
+		max = 100
+	}
+	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt, max)
+	if errors.Is(err, registry.ErrQueueFull) {
+		problem.RetryAfter(w, http.StatusTooManyRequests, 60, "notification-queue-full",
+			fmt.Sprintf("%d notifications are already waiting to be delivered", max))
+		return
+	}
 	if err != nil {
 		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
 		return

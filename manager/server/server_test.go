@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
@@ -79,6 +82,19 @@ func TestResolveDecisions(t *testing.T) {
 		{"registry down", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, fakeAuth{err: errors.New("dial tcp: refused")}, nil, 503, 0, true},
 		{"over capacity", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, auth, lifecycle.ErrCapacity, 429, 1, true},
 		{"provisioning failed", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, auth, errors.New("docker: boom"), 503, 1, true},
+		// Cross-site writes with the session cookie (forward_auth passes the
+		// client's headers and the original method and host).
+		{"cookie POST from another site's form", "user=alice&path=/prompt", cookieWrite("POST", map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain"}), auth, nil, 403, 0, false},
+		{"cookie POST cross-site by Sec-Fetch-Site, JSON", "user=alice&path=/prompt", cookieWrite("POST", map[string]string{"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}), auth, nil, 403, 0, false},
+		{"cookie POST from a sandboxed frame (Origin null)", "user=alice&path=/prompt", cookieWrite("POST", map[string]string{"Origin": "null", "Content-Type": "application/json"}), auth, nil, 403, 0, false},
+		{"cookie POST /ingest from another site", "user=alice&path=/ingest", cookieWrite("POST", map[string]string{"Origin": "https://evil.example", "Content-Type": "text/plain"}), auth, nil, 403, 0, false},
+		{"cookie DELETE same-site subdomain", "user=alice&path=/skills/x", cookieWrite("DELETE", map[string]string{"Sec-Fetch-Site": "same-site", "Content-Type": "application/json"}), auth, nil, 403, 0, false},
+		{"cookie POST without JSON (a form needs no preflight)", "user=alice&path=/prompt", cookieWrite("POST", map[string]string{"Content-Type": "text/plain"}), auth, nil, 403, 0, false},
+		{"cookie POST same origin, JSON", "user=alice&path=/prompt", cookieWrite("POST", map[string]string{"Origin": "http://127.0.0.1:18080", "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}), auth, nil, 200, 1, false},
+		{"cookie POST by curl (no Origin), JSON with charset", "user=alice&path=/prompt", cookieWrite("POST", map[string]string{"Content-Type": "application/json; charset=utf-8"}), auth, nil, 200, 1, false},
+		{"cookie PUT upload same origin, any type", "user=alice&path=/uploads/a.bin", cookieWrite("PUT", map[string]string{"Origin": "http://127.0.0.1:18080", "Content-Type": "application/octet-stream"}), auth, nil, 200, 1, false},
+		{"cookie GET from another site (safe method)", "user=alice&path=/inspect", cookieWrite("GET", map[string]string{"Origin": "https://evil.example"}), auth, nil, 200, 1, false},
+		{"bearer POST is not a cookie write", "user=bob&path=/prompt", map[string]string{"Authorization": "Bearer t-bob", "X-Forwarded-Method": "POST", "Origin": "https://evil.example", "Content-Type": "text/plain"}, auth, nil, 200, 1, false},
 		{"X-Forwarded-Uri is not where the user comes from", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice", "X-Forwarded-Uri": "/u/bob/x"}, auth, nil, 200, 1, false},
 	}
 	for _, tt := range tests {
@@ -115,6 +131,16 @@ func TestResolveDecisions(t *testing.T) {
 	}
 }
 
+// cookieWrite is alice's session cookie on a request Caddy forwarded with
+// method m to the host 127.0.0.1:18080, plus hdr.
+func cookieWrite(m string, hdr map[string]string) map[string]string {
+	out := map[string]string{"Cookie": "better-auth.session_token=s-alice", "X-Forwarded-Method": m, "X-Forwarded-Host": "127.0.0.1:18080"}
+	for k, v := range hdr {
+		out[k] = v
+	}
+	return out
+}
+
 func TestResolvePassesActivity(t *testing.T) {
 	res := &fakeResolver{}
 	s := &Server{Auth: fakeAuth{tokens: map[string]string{"t": "u"}}, Resolver: res, Log: slog.Default()}
@@ -134,5 +160,78 @@ func TestGatewayRejectsWithoutSandboxToken(t *testing.T) {
 	s.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/v1/gateway/whoami", nil))
 	if w.Code != http.StatusUnauthorized {
 		t.Fatalf("status %d", w.Code)
+	}
+}
+
+// countingAuth counts credential lookups.
+type countingAuth struct {
+	fakeAuth
+	n *int
+}
+
+func (c countingAuth) UserForAPIToken(ctx context.Context, tok string) (string, error) {
+	*c.n++
+	return c.fakeAuth.UserForAPIToken(ctx, tok)
+}
+
+// Guessing tokens from one address: after the burst of failures every
+// request from it is 429 with Retry-After and costs no lookup; another
+// address is unaffected.
+func TestFailedAuthenticationsAreThrottledPerAddress(t *testing.T) {
+	lookups := 0
+	auth := countingAuth{fakeAuth{tokens: map[string]string{"t-bob": "bob"}}, &lookups}
+	s := &Server{Auth: auth, Resolver: &fakeResolver{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	h := s.Handler()
+	call := func(from, tok string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/v1/resolve?user=bob&path=/health", nil)
+		req.Header.Set("X-Forwarded-For", from)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	for i := range authFailureBurst {
+		if w := call("192.0.2.1", fmt.Sprintf("guess-%d", i)); w.Code != 401 {
+			t.Fatalf("guess %d: %d", i, w.Code)
+		}
+	}
+	before := lookups
+	for _, tok := range []string{"guess-x", "t-bob"} {
+		w := call("192.0.2.1", tok)
+		if w.Code != 429 || w.Header().Get("Retry-After") == "" || w.Header().Get(EndpointHeader) != "" {
+			t.Fatalf("after %d failures, %s: %d %v", authFailureBurst, tok, w.Code, w.Header())
+		}
+	}
+	if lookups != before {
+		t.Fatalf("a throttled request looked up credentials (%d lookups)", lookups-before)
+	}
+	if w := call("192.0.2.2", "t-bob"); w.Code != 200 {
+		t.Fatalf("another address: %d", w.Code)
+	}
+}
+
+type fullQueue struct{}
+
+func (fullQueue) EnqueueNotification(context.Context, string, string, string, *time.Time, int) (bool, error) {
+	return false, fmt.Errorf("enqueue: %w", registry.ErrQueueFull)
+}
+
+type okSandbox struct{}
+
+func (okSandbox) SandboxForToken(context.Context, string) (registry.Sandbox, error) {
+	return registry.Sandbox{UserID: "u", Endpoint: "10.213.0.2:8080"}, nil
+}
+
+// A sandbox cannot queue notifications without end: past the cap it gets
+// 429 with Retry-After.
+func TestNotificationQueueFullIs429(t *testing.T) {
+	s := &Server{Gateway: okSandbox{}, Notifications: fullQueue{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	req := httptest.NewRequest("POST", "/v1/gateway/notify", strings.NewReader(`{"key":"k","text":"hi"}`))
+	req.Header.Set("Authorization", "Bearer sb")
+	req.Header.Set(SourceIPHeader, "10.213.0.2")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	if w.Code != 429 || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("full queue: %d %v %s", w.Code, w.Header(), w.Body)
 	}
 }
