@@ -7,11 +7,11 @@ import "encoding/json"
 
 // ChatRequest is the OpenAI chat completions request, as far as we read it.
 type ChatRequest struct {
-	Model         string          `json:"model"`
-	Messages      []ChatMessage   `json:"messages"`
-	Tools         []ChatTool      `json:"tools,omitempty"`
-	Stream        bool            `json:"stream,omitempty"`
-	StreamOptions *StreamOptions  `json:"stream_options,omitempty"`
+	Model         string         `json:"model"`
+	Messages      []ChatMessage  `json:"messages"`
+	Tools         []ChatTool     `json:"tools,omitempty"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
 	// Sampling settings SDKs commonly send; forwarded as decoded.
 	Temperature         *float64 `json:"temperature,omitempty"`
 	TopP                *float64 `json:"top_p,omitempty"`
