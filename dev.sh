@@ -124,8 +124,12 @@ build_agent_context() {
     ln -s busybox "$ctx/root/bin/$applet"
   done < images/agent/applets
   cp "$BUILD/bin/affido-agent" "$ctx/root/bin/affido-agent"
-  printf 'root:x:0:0:root:/:/bin/false\nagent:x:10001:10001:agent:/workspace:/bin/sh\n' > "$ctx/root/etc/passwd"
-  printf 'root:x:0:\nagent:x:10001:\n' > "$ctx/root/etc/group"
+  # Two identities (agent/privsep): the agent owns /data; the tools share
+  # /workspace with it through the group "work".
+  printf 'root:x:0:0:root:/:/bin/false\nagent:x:10001:10001:agent:/workspace:/bin/false\ntools:x:10002:10002:tools:/workspace:/bin/sh\n' > "$ctx/root/etc/passwd"
+  printf 'root:x:0:\nagent:x:10001:\ntools:x:10002:\nwork:x:10003:agent,tools\n' > "$ctx/root/etc/group"
+  chmod 0700 "$ctx/owned/data"
+  chmod 2770 "$ctx/owned/workspace"
   cp Dockerfile.agent "$ctx/Dockerfile"
 }
 

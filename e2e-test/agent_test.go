@@ -259,12 +259,12 @@ func TestFreshSandboxHasNoSessionDatabase(t *testing.T) {
 	mustGet(t, user, tok, "/status")
 	r := request(t, "POST", "/u/"+user+"/ingest?name=doc.txt", bearer(tok))
 	_ = r
-	out := mustInAgent(t, user, tok, "ls", "-a", "/data")
+	out := mustInAgentAs(t, user, tok, "agent", "ls", "-a", "/data")
 	if strings.Contains(out, "session.db") {
 		t.Fatalf("/status and /health created the session database: %s", out)
 	}
 	prompt(t, user, tok, map[string]any{"text": "now open it"})
-	if out := mustInAgent(t, user, tok, "ls", "/data"); !strings.Contains(out, "session.db") {
+	if out := mustInAgentAs(t, user, tok, "agent", "ls", "/data"); !strings.Contains(out, "session.db") {
 		t.Fatalf("a prompt did not open the database: %s", out)
 	}
 }

@@ -63,7 +63,7 @@ func TestCitationsVerifiedAcrossRestartAndBrokenByTampering(t *testing.T) {
 		t.Fatalf("after restart: %+v", again)
 	}
 	// Alter the stored bytes inside the volume.
-	mustInAgent(t, user, tok, "sh", "-c", "printf 'Dogs never dream.\\n' > /data/corpus/pets.txt/v1")
+	mustInAgentAs(t, user, tok, "agent", "sh", "-c", "printf 'Dogs never dream.\\n' > /data/corpus/pets.txt/v1")
 	broken := citationsOf(t, user, tok, run.RunID)
 	if broken.Status != "attribution_failed" || broken.Citations[0].Verified || !strings.Contains(broken.Citations[0].Problem, "altered") {
 		t.Fatalf("after tampering: %+v", broken)
@@ -132,9 +132,23 @@ func citeWithTampering(t *testing.T, user, tok, text string) runResult {
 		}
 		return false
 	})
-	mustInAgent(t, user, tok, "sh", "-c", "printf 'Parrots are silent.\\n' > /data/corpus/pets.txt/v1")
+	mustInAgentAs(t, user, tok, "agent", "sh", "-c", "printf 'Parrots are silent.\\n' > /data/corpus/pets.txt/v1")
 	if r := request(t, "PUT", "/u/"+user+"/uploads/cite-slow.go", bearer(tok)); r.Code != 201 {
 		t.Fatalf("release the run: %d %s", r.Code, r.Body)
 	}
 	return prompt(t, user, tok, body)
+}
+
+// The shell cannot write the corpus (it is under /data), so a citation stays
+// verified after the model tries to change the document from the shell.
+func TestShellCannotTamperWithCitedDocuments(t *testing.T) {
+	user, tok := newUser(t, "cite-shell")
+	ingestPets(t, user, tok)
+	run := prompt(t, user, tok, map[string]any{"text": "cite dogs dream", "citations": "required"})
+	if r := prompt(t, user, tok, map[string]any{"text": `run: printf 'Dogs never dream.\n' > /data/corpus/pets.txt/v1`}).Reply; !strings.Contains(r, "Permission denied") {
+		t.Errorf("the shell wrote the corpus: %q", r)
+	}
+	if rep := citationsOf(t, user, tok, run.RunID); rep.Status != "attribution_verified" {
+		t.Errorf("citations after a shell tamper attempt: %+v", rep)
+	}
 }

@@ -43,7 +43,8 @@ func TestColdProvisionThenReuse(t *testing.T) {
 		"pids limit":           hc["PidsLimit"] != nil && hc["PidsLimit"].(float64) > 0,
 		"memory limit":         hc["Memory"].(float64) > 0,
 		"cpu limit":            hc["NanoCpus"].(float64) > 0,
-		"non-root user":        cfg["User"] == "10001:10001",
+		"root only to start":   cfg["User"] == "0:0",
+		"only SETUID, SETGID":  onlySetuidSetgid(hc["CapAdd"]),
 		"tmpfs /tmp":           strings.Contains(fmt.Sprint(hc["Tmpfs"]), "/tmp"),
 		"no docker socket":     !strings.Contains(fmt.Sprint(ins["Mounts"]), "docker.sock"),
 		"session volume /data": strings.Contains(fmt.Sprint(ins["Mounts"]), stack+"-"+user+"-session"),
@@ -455,4 +456,16 @@ func TestNewerRegistrySchemaIsRefused(t *testing.T) {
 		out, _ := dockerTry("logs", "--tail", "20", managerName())
 		return strings.Contains(out, "version 99") && strings.Contains(out, "("+known+")")
 	})
+}
+
+// onlySetuidSetgid says whether a container's CapAdd is exactly SETUID and
+// SETGID (Docker may spell them CAP_SETUID, CAP_SETGID).
+func onlySetuidSetgid(v any) bool {
+	caps, _ := v.([]any)
+	want := map[string]bool{"SETUID": true, "SETGID": true}
+	for _, c := range caps {
+		name, _ := c.(string)
+		delete(want, strings.TrimPrefix(name, "CAP_"))
+	}
+	return len(caps) == 2 && len(want) == 0
 }

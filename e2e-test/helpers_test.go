@@ -177,13 +177,21 @@ func ipOn(t *testing.T, container, network string) string {
 	return strings.TrimSpace(docker(t, "inspect", "-f", fmt.Sprintf(`{{(index .NetworkSettings.Networks %q).IPAddress}}`, network), container))
 }
 
-// inAgent runs a command in user's agent container with docker exec. The
-// test stack pauses an idle sandbox after 3 s and stops it after 8 s, and
-// exec into a sandbox that is not running fails for that reason alone, so
-// inAgent wakes it with a passive request (GET /health unpauses or starts it
-// without opening storage) and tries again while Docker does not report it
-// running. An error is returned only from an exec into a running container.
+// inAgent runs a command in user's agent container with docker exec, as
+// the tools' user: what the model's shell could do. The test stack pauses an
+// idle sandbox after 3 s and stops it after 8 s, and exec into a sandbox
+// that is not running fails for that reason alone, so inAgent wakes it with
+// a passive request (GET /health unpauses or starts it without opening
+// storage) and tries again while Docker does not report it running. An
+// error is returned only from an exec into a running container.
 func inAgent(t *testing.T, user, tok string, args ...string) (string, error) {
+	t.Helper()
+	return inAgentAs(t, user, tok, "tools", args...)
+}
+
+// inAgentAs is inAgent as another user of the image: "agent" plays someone
+// who can change the agent's own files (a disk-level tamper).
+func inAgentAs(t *testing.T, user, tok, as string, args ...string) (string, error) {
 	t.Helper()
 	name := stack + "-" + user + "-agent"
 	deadline := time.Now().Add(60 * time.Second)
@@ -191,7 +199,7 @@ func inAgent(t *testing.T, user, tok string, args ...string) (string, error) {
 		if containerStatus(user) != "running" {
 			request(t, "GET", "/u/"+user+"/health", bearer(tok))
 		}
-		out, err := dockerTry(append([]string{"exec", name}, args...)...)
+		out, err := dockerTry(append([]string{"exec", "-u", as, name}, args...)...)
 		if err == nil || containerStatus(user) == "running" || time.Now().After(deadline) {
 			return out, err
 		}
@@ -201,7 +209,13 @@ func inAgent(t *testing.T, user, tok string, args ...string) (string, error) {
 // mustInAgent is inAgent that fails the test on error.
 func mustInAgent(t *testing.T, user, tok string, args ...string) string {
 	t.Helper()
-	out, err := inAgent(t, user, tok, args...)
+	return mustInAgentAs(t, user, tok, "tools", args...)
+}
+
+// mustInAgentAs is inAgentAs that fails the test on error.
+func mustInAgentAs(t *testing.T, user, tok, as string, args ...string) string {
+	t.Helper()
+	out, err := inAgentAs(t, user, tok, as, args...)
 	if err != nil {
 		t.Fatalf("docker exec %s: %v\n%s", strings.Join(args, " "), err, out)
 	}

@@ -19,6 +19,8 @@ export AFFIDO_MAX_RUNNING=0
 # the control network: the one address the outbound guard is told to allow.
 export AFFIDO_E2E_SINK_IP=10.212.1.50
 export AFFIDO_OUTBOUND_ALLOW=$AFFIDO_E2E_SINK_IP/32
+# Limits small enough for the attack suite to reach quickly.
+export AFFIDO_NOTIFY_QUEUE_MAX=3 AFFIDO_BODY_TIMEOUT=3s
 export AFFIDO_E2E_URL=http://127.0.0.1:$AFFIDO_PORT
 
 LOG=.build/e2e

@@ -8,7 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +19,9 @@ import (
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/agent/privsep"
 	"github.com/affido/affido/agent/reminders"
+	"github.com/affido/affido/agent/runner"
 	"github.com/affido/affido/agent/server"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/tools"
@@ -58,6 +63,19 @@ func Run(ctx context.Context, args []string) error {
 			return nil
 		},
 	})
+	root.AddCommand(&cobra.Command{
+		Use:    "runner",
+		Short:  "The tool runner (started by serve under the tools' uid, on fd 3)",
+		Args:   cobra.NoArgs,
+		Hidden: true,
+		RunE:   func(cmd *cobra.Command, _ []string) error { return runTools(cmd) },
+	}, &cobra.Command{
+		Use:                "tool-exec --cpu N --fsize N -- PROGRAM ARGS...",
+		Short:              "Set a command's limits and execute it (used by the runner)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE:               func(_ *cobra.Command, args []string) error { return runner.ExecLimited(args) },
+	})
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }
@@ -69,25 +87,101 @@ func env(key, def string) string {
 	return def
 }
 
+// Per-call limits of the model's commands (see agent/runner).
+const (
+	toolCPUSeconds = 300       // as long as the longest shell timeout
+	toolMaxFile    = 256 << 20 // the largest file one command may write
+)
+
+// runTools is the runner process: it serves the agent on fd 3.
+func runTools(cmd *cobra.Command) error {
+	conn, err := net.FileConn(os.NewFile(3, "agent"))
+	if err != nil {
+		return fmt.Errorf("runner: the agent's socket on fd 3: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ws, _ := os.Getwd()
+	return runner.Serve(conn, runner.Config{
+		Shell:      "/bin/sh",
+		Dir:        ws,
+		Env:        []string{"PATH=/bin:/usr/bin", "HOME=" + ws, "WORKSPACE=" + ws, "TMPDIR=/tmp", "LANG=C.UTF-8"},
+		OutputCap:  tools.ShellOutputCap,
+		Limits:     runner.Limits{CPUSeconds: toolCPUSeconds, FileSize: toolMaxFile},
+		Trampoline: []string{self, "tool-exec"},
+	})
+}
+
+// startTools gives the model's commands their own identity: as root it
+// starts the runner under the tools' uid and drops this process to the
+// agent's (privsep). Without root, and only where AFFIDO_PRIVSEP is not
+// "required" (the agent image requires it), the commands run as the agent
+// itself, for development outside the image.
+func startTools(cancel context.CancelFunc, log *slog.Logger, ws, data string) (tools.Shell, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	client, cmd, err := privsep.Start(privsep.Config{Self: self, Workspace: ws, Data: data})
+	switch {
+	case errors.Is(err, privsep.ErrNotRoot) && os.Getenv("AFFIDO_PRIVSEP") != "required":
+		log.Warn("tools run as the agent's own user: no privilege separation outside the sandbox image")
+		return tools.LocalShell{Path: env("AFFIDO_SHELL", "/bin/sh"), Dir: ws}, nil
+	case err != nil:
+		return nil, err
+	}
+	go func() {
+		err := cmd.Wait()
+		log.Error("the tool runner stopped; the agent stops too (nothing committed is lost)", "err", err)
+		cancel()
+	}()
+	return client, nil
+}
+
 func serve(ctx context.Context) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ws := env("WORKSPACE", "/workspace")
+	sessionDB := env("SESSION_DB", "/data/session.db")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	shell, err := startTools(cancel, log, ws, filepath.Dir(sessionDB))
+	if err != nil {
+		return err
+	}
+	quotaMB, err := strconv.ParseInt(env("AFFIDO_WORKSPACE_QUOTA_MB", "1024"), 10, 64)
+	if err != nil || quotaMB < 0 {
+		return fmt.Errorf("AFFIDO_WORKSPACE_QUOTA_MB: want a number of MiB, got %q", os.Getenv("AFFIDO_WORKSPACE_QUOTA_MB"))
+	}
+	quota := quotaMB << 20
+	toolsWS := workspace.Workspace{Dir: ws, Quota: quota, Also: []string{filepath.Join(filepath.Dir(sessionDB), "corpus")}}
+	var caller netip.Addr
+	if v := os.Getenv("AFFIDO_CALLER_IP"); v != "" {
+		if caller, err = netip.ParseAddr(v); err != nil {
+			return fmt.Errorf("AFFIDO_CALLER_IP: %w", err)
+		}
+	} else if os.Getenv("AFFIDO_PRIVSEP") == "required" {
+		return errors.New("AFFIDO_CALLER_IP is not set: the agent's API must answer Caddy alone")
+	}
 	model := modelclient.New(env("AFFIDO_GATEWAY_URL", "http://gateway:8088")+"/v1/gateway", os.Getenv("AFFIDO_GATEWAY_TOKEN"))
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
 	s := server.New(server.Config{
 		User:         env("AFFIDO_USER", ""),
 		Workspace:    ws,
-		SessionDB:    env("SESSION_DB", "/data/session.db"),
+		SessionDB:    sessionDB,
+		Caller:       caller,
+		Quota:        quota,
 		Model:        model,
 		DefaultModel: env("AFFIDO_MODEL", "fake/echo"),
 		Models:       model.Models,
 		Harness: durable.Options{
 			System: systemPrompt,
-			Tools:  append(tools.Builtin(workspace.Workspace{Dir: ws}, env("AFFIDO_SHELL", "/bin/sh")), reminders.Tools()...),
+			Tools:  append(tools.Builtin(toolsWS, shell), reminders.Tools()...),
 			Kinds:  map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}},
 			Redact: redactor.Redact,
 		},
-		Skills: &skills.Installer{Workspace: ws, Market: skills.HTTPFetcher{
+		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(filepath.Dir(sessionDB), "skills"), Market: skills.HTTPFetcher{
 			BaseURL: env("AFFIDO_GATEWAY_URL", "http://gateway:8088") + "/v1/gateway/marketplace", Token: os.Getenv("AFFIDO_GATEWAY_TOKEN")}},
 		Log: log,
 	})
@@ -97,7 +191,11 @@ func serve(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := httpserve.New(s.Handler())
+	bodyTimeout, err := time.ParseDuration(env("AFFIDO_BODY_TIMEOUT", "60s"))
+	if err != nil {
+		return fmt.Errorf("AFFIDO_BODY_TIMEOUT: %w", err)
+	}
+	srv := httpserve.New(s.Handler(), bodyTimeout)
 	log.Info("agent listening", "addr", addr, "user", os.Getenv("AFFIDO_USER"))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

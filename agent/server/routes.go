@@ -396,11 +396,14 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, err := s.ws.Write(path.Join("uploads", rel), r.Body, MaxUpload)
-	if err != nil {
-		if strings.Contains(err.Error(), "larger than") {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", err.Error())
-			return
-		}
+	switch {
+	case errors.Is(err, workspace.ErrTooLarge):
+		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", err.Error())
+		return
+	case errors.Is(err, workspace.ErrQuota):
+		problem.Write(w, http.StatusInsufficientStorage, "quota", err.Error())
+		return
+	case err != nil:
 		s.pathProblem(w, err)
 		return
 	}
@@ -425,6 +428,11 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, corpus.MaxDocument+1))
 	if err != nil || len(data) > corpus.MaxDocument {
 		problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", corpus.ErrTooLarge.Error())
+		return
+	}
+	if room, _ := s.ws.Room(); int64(len(data)) > room {
+		problem.Write(w, http.StatusInsufficientStorage, "quota",
+			fmt.Sprintf("%v: the workspace and corpus may hold %d bytes in all", workspace.ErrQuota, s.cfg.Quota))
 		return
 	}
 	v, created, err := s.corpus.Ingest(name, data)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +44,14 @@ type Config struct {
 	Harness durable.Options // Model and DefaultModel are filled from above
 	Skills  *skills.Installer
 	Log     *slog.Logger
+	// Quota caps the bytes of the workspace and the corpus together (0: none).
+	Quota int64
+	// Caller is the one address allowed to call the API: Caddy's on the
+	// user network. Anything else inside the sandbox (a program the model
+	// wrote, calling localhost or the container's own address) is refused,
+	// except GET /health, which tells nothing. Zero allows any address
+	// (tests, development outside the sandbox).
+	Caller netip.Addr
 }
 
 // Server is the agent's HTTP server.
@@ -65,8 +74,9 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace},
-		corpus: &corpus.Corpus{Dir: filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")}}
+	corpusDir := filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")
+	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}},
+		corpus: &corpus.Corpus{Dir: corpusDir}}
 	if st, err := s.readStatus(); err == nil && st.StorageOpen {
 		if _, err := s.storage(context.Background()); err != nil {
 			cfg.Log.Error("reopen storage after an unclean stop", "err", err)
@@ -114,7 +124,22 @@ func (s *Server) Handler() http.Handler {
 		}
 		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 	})
-	return s.track(mux)
+	return s.onlyFromCaller(s.track(mux))
+}
+
+// onlyFromCaller refuses requests that do not come from cfg.Caller.
+func (s *Server) onlyFromCaller(next http.Handler) http.Handler {
+	if !s.cfg.Caller.IsValid() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if (err != nil || ap.Addr().Unmap() != s.cfg.Caller) && !(r.Method == http.MethodGet && r.URL.Path == "/health") {
+			problem.Write(w, http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // track counts requests in flight so /pause?if_idle=1 can refuse while busy.

@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/affido/affido/internal/openai"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/affido/affido/internal/openai"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
@@ -90,7 +92,7 @@ func newAgent(t *testing.T) *agent {
 	model := modelclient.New(gw.URL+"/v1/gateway", "token-abcdef")
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
 	a.srv = server.New(server.Config{User: "u", SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
-		Harness: durable.Options{Tools: tools.Builtin(workspace.Workspace{Dir: a.ws}, "/bin/sh"), Redact: red.Redact},
+		Harness: durable.Options{Tools: tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), Redact: red.Redact},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
 	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -427,5 +429,79 @@ func drain(c chan struct{}) {
 		default:
 			return
 		}
+	}
+}
+
+// Only Caddy's address may call the API: a program inside the sandbox that
+// calls the agent (here: any other address) is refused, and writes nothing.
+func TestAPIAnswersOnlyTheCaller(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	s := server.New(server.Config{User: "u", SessionDB: filepath.Join(dir, "data", "session.db"), Workspace: ws,
+		DefaultModel: "fake/echo", Caller: netip.MustParseAddr("10.213.0.14"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer s.Close()
+	h := httptest.NewServer(s.Handler()) // the test client comes from 127.0.0.1
+	defer h.Close()
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"GET", "/health", "", 200},
+		{"GET", "/status", "", 403},
+		{"POST", "/ingest?name=planted.txt", "a planted document", 403},
+		{"POST", "/skills/install", `{"name":"csv-summary"}`, 403},
+		{"POST", "/prompt", `{"text":"hi"}`, 403},
+		{"PUT", "/uploads/x.txt", "x", 403},
+	} {
+		req, _ := http.NewRequest(tc.method, h.URL+tc.path, strings.NewReader(tc.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s from another address: %d, want %d", tc.method, tc.path, resp.StatusCode, tc.want)
+		}
+	}
+	if ents, _ := os.ReadDir(ws); len(ents) != 0 {
+		t.Fatalf("refused requests wrote %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "corpus")); err == nil {
+		t.Fatal("a refused ingest wrote the corpus")
+	}
+}
+
+// Uploads and ingest past the storage quota are 507 and store nothing.
+func TestStorageQuotaOnUploadAndIngest(t *testing.T) {
+	dir := t.TempDir()
+	s := server.New(server.Config{User: "u", SessionDB: filepath.Join(dir, "data", "session.db"), Workspace: filepath.Join(dir, "ws"),
+		DefaultModel: "fake/echo", Quota: 1000, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer s.Close()
+	h := httptest.NewServer(s.Handler())
+	defer h.Close()
+	send := func(method, path string, n int) int {
+		req, _ := http.NewRequest(method, h.URL+path, strings.NewReader(strings.Repeat("x", n)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := send("PUT", "/uploads/a.txt", 600); c != 201 {
+		t.Fatalf("first upload: %d", c)
+	}
+	if c := send("PUT", "/uploads/b.txt", 600); c != 507 {
+		t.Fatalf("upload past the quota: %d, want 507", c)
+	}
+	if c := send("POST", "/ingest?name=d.txt", 600); c != 507 {
+		t.Fatalf("ingest past the quota: %d, want 507", c)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ws", "uploads", "b.txt")); err == nil {
+		t.Fatal("the refused upload was stored")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "corpus", "d.txt")); err == nil {
+		t.Fatal("the refused document was stored")
 	}
 }

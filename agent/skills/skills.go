@@ -2,7 +2,10 @@
 // file: the manifest is checked, every file's size and sha256 is checked as
 // it arrives into a staging directory, the whole skill's digest is checked,
 // and only then is the skill moved into place with a rename. Any failure
-// leaves nothing behind. An installed skill is checked again before use.
+// leaves nothing behind. An installed skill is checked again before use,
+// against its install record: the manifest kept under Records (on /data,
+// which the model's tools cannot read or write), never against anything in
+// the workspace, which they can.
 package skills
 
 import (
@@ -30,10 +33,6 @@ var (
 	ErrNotFound  = errors.New("skill is not installed")
 )
 
-// manifestFile is where an installed skill keeps its manifest; it is not
-// part of the skill's files or digest.
-const manifestFile = ".manifest.json"
-
 // Fetcher gets marketplace paths (index.json, <name>/<version>/manifest.json,
 // <name>/<version>/files/<path>) through the gateway.
 type Fetcher interface {
@@ -43,7 +42,28 @@ type Fetcher interface {
 // Installer manages the skills of one workspace.
 type Installer struct {
 	Workspace string
-	Market    Fetcher
+	// Records is where the manifest of each installed skill is kept
+	// (<name>.json); it must be out of the tools' reach.
+	Records string
+	Market  Fetcher
+}
+
+func (in *Installer) record(name string) string { return filepath.Join(in.Records, name+".json") }
+
+// writeRecord stores raw as name's install record, atomically.
+func (in *Installer) writeRecord(name string, raw []byte) error {
+	if err := os.MkdirAll(in.Records, 0o700); err != nil {
+		return fmt.Errorf("install record: %w", err)
+	}
+	tmp := in.record(name) + ".tmp-" + randomSuffix()
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return fmt.Errorf("install record: %w", err)
+	}
+	if err := os.Rename(tmp, in.record(name)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("install record: %w", err)
+	}
+	return nil
 }
 
 func (in *Installer) dir() string     { return filepath.Join(in.Workspace, "skills") }
@@ -144,10 +164,19 @@ func (in *Installer) Install(ctx context.Context, name, version string) (Install
 	if err := verify(stage, m); err != nil {
 		return Installed{}, err
 	}
-	if err := os.WriteFile(filepath.Join(stage, manifestFile), raw, 0o644); err != nil {
+	prevRecord, _ := os.ReadFile(in.record(name))
+	if err := in.writeRecord(name, raw); err != nil {
 		return Installed{}, err
 	}
-	if err := os.MkdirAll(in.dir(), 0o755); err != nil {
+	restoreRecord := func() {
+		if prevRecord != nil {
+			_ = in.writeRecord(name, prevRecord)
+		} else {
+			_ = os.Remove(in.record(name))
+		}
+	}
+	if err := os.MkdirAll(in.dir(), 0o775); err != nil {
+		restoreRecord()
 		return Installed{}, err
 	}
 	final := filepath.Join(in.dir(), name)
@@ -155,6 +184,7 @@ func (in *Installer) Install(ctx context.Context, name, version string) (Install
 	if _, err := os.Lstat(final); err == nil { // an upgrade: move the old one aside first
 		old = filepath.Join(in.staging(), "old-"+name+"-"+randomSuffix())
 		if err := os.Rename(final, old); err != nil {
+			restoreRecord()
 			return Installed{}, err
 		}
 	}
@@ -162,6 +192,7 @@ func (in *Installer) Install(ctx context.Context, name, version string) (Install
 		if old != "" {
 			_ = os.Rename(old, final)
 		}
+		restoreRecord()
 		return Installed{}, err
 	}
 	ok = true
@@ -193,7 +224,7 @@ func verify(dir string, m marketplace.Manifest) error {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		rel = filepath.ToSlash(rel)
-		if rel == "." || rel == manifestFile {
+		if rel == "." {
 			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
@@ -240,9 +271,10 @@ func (in *Installer) Check(name string) (Installed, error) {
 	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
 		return Installed{}, ErrNotFound
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	raw, err := os.ReadFile(in.record(name))
 	if err != nil {
-		return Installed{Name: name, Problem: "manifest missing"}, fmt.Errorf("%w: manifest missing", ErrIntegrity)
+		return Installed{Name: name, Problem: "no install record: these files were not installed by the agent"},
+			fmt.Errorf("%w: no install record", ErrIntegrity)
 	}
 	m, err := marketplace.Parse(raw, name)
 	if err != nil {
@@ -293,6 +325,9 @@ func (in *Installer) Remove(name string) error {
 	}
 	if err := os.Rename(dir, trash); err != nil {
 		return err
+	}
+	if err := os.Remove(in.record(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove install record: %w", err)
 	}
 	return os.RemoveAll(trash)
 }

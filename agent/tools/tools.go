@@ -4,7 +4,6 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/runner"
 	"github.com/affido/affido/agent/workspace"
 )
 
@@ -41,8 +41,30 @@ func decode(args json.RawMessage, v any) error {
 	return nil
 }
 
-// Builtin returns the built-in tools over ws.
-func Builtin(ws workspace.Workspace, shell string) []durable.Tool {
+// Shell runs one of the model's shell commands in the workspace, killing
+// everything it started when it ends, times out or ctx is cancelled (then
+// with ctx's error). In the sandbox it is the tool runner (agent/runner),
+// under the tools' own uid.
+type Shell interface {
+	Run(ctx context.Context, command string, timeout time.Duration) (output string, exitCode int, err error)
+}
+
+// LocalShell runs commands as the agent's own user, in a process group. It
+// is for tests and for running the agent outside its sandbox image, where
+// there is no second identity to run the tools under.
+type LocalShell struct {
+	Path string // the shell, run as Path -c COMMAND
+	Dir  string // the working directory
+}
+
+// Run runs command with RunShell.
+func (l LocalShell) Run(ctx context.Context, command string, timeout time.Duration) (string, int, error) {
+	return RunShell(ctx, l.Path, l.Dir, command, timeout)
+}
+
+// Builtin returns the built-in tools over ws, with shell running the
+// shell tool's commands.
+func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 	return []durable.Tool{
 		{
 			Name:        "list_files",
@@ -125,32 +147,17 @@ func Builtin(ws workspace.Workspace, shell string) []durable.Tool {
 				if a.TimeoutSeconds > 0 {
 					timeout = min(time.Duration(a.TimeoutSeconds)*time.Second, ShellMaxTimeout)
 				}
-				out, code, err := RunShell(ctx, shell, ws.Dir, a.Command, timeout)
+				out, code, err := shell.Run(ctx, a.Command, timeout)
 				if err != nil {
 					return durable.ToolResult{}, err
+				}
+				if room, used := ws.Room(); room == 0 && used > 0 {
+					out += fmt.Sprintf("\n[the workspace and corpus hold %d bytes, at or over their quota of %d: delete files; uploads, ingest and write_file are refused until then]", used, ws.Quota)
 				}
 				return durable.ToolResult{Output: fmt.Sprintf("exit %d\n%s", code, out), IsError: code != 0}, nil
 			},
 		},
 	}
-}
-
-// cappedBuffer keeps the first n bytes written and counts the rest.
-type cappedBuffer struct {
-	buf     bytes.Buffer
-	n       int
-	dropped int
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	room := c.n - c.buf.Len()
-	if room > 0 {
-		c.buf.Write(p[:min(room, len(p))])
-	}
-	if len(p) > room {
-		c.dropped += len(p) - max(room, 0)
-	}
-	return len(p), nil
 }
 
 // RunShell runs command with shell -c in dir, with a clean environment (no
@@ -165,7 +172,7 @@ func RunShell(ctx context.Context, shell, dir, command string, timeout time.Dura
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/bin:/usr/bin", "HOME=" + dir, "WORKSPACE=" + dir, "TMPDIR=/tmp", "LANG=C.UTF-8"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out := &cappedBuffer{n: ShellOutputCap}
+	out := runner.NewCappedOutput(ShellOutputCap)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return "", 127, fmt.Errorf("start shell: %w", err)
@@ -181,10 +188,7 @@ func RunShell(ctx context.Context, shell, dir, command string, timeout time.Dura
 		err = <-done
 		timedOut = true
 	}
-	text := out.buf.String()
-	if out.dropped > 0 {
-		text += fmt.Sprintf("\n[output cut: %d more bytes]", out.dropped)
-	}
+	text := out.String()
 	if timedOut {
 		if ctx.Err() == context.DeadlineExceeded {
 			return text + fmt.Sprintf("\n[killed after %s]", timeout), 124, nil

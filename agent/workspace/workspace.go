@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -19,9 +21,50 @@ import (
 // ErrBadPath is returned for a path that is not a clean relative path inside the workspace.
 var ErrBadPath = errors.New("path is outside the workspace")
 
+// ErrTooLarge is returned when a file is larger than the limit of its write.
+var ErrTooLarge = errors.New("file too large")
+
+// ErrQuota is returned when a write would take the user's storage past its quota.
+var ErrQuota = errors.New("storage quota exceeded")
+
 // Workspace is a directory tree the agent may use.
 type Workspace struct {
 	Dir string
+	// Quota caps the bytes of every file under Dir and Also together; 0 is
+	// no quota. Writes through Write are refused past it; the shell, which
+	// writes directly, is bounded per file by its RLIMIT_FSIZE and told
+	// when the workspace is over.
+	Quota int64
+	Also  []string // other directories counted against the quota (the corpus)
+}
+
+// Usage returns the bytes of the regular files under Dir and Also. What
+// cannot be read (a directory a tool closed) is not counted.
+func (w Workspace) Usage() int64 {
+	var n int64
+	for _, dir := range append([]string{w.Dir}, w.Also...) {
+		_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.Type().IsRegular() {
+				if info, err := d.Info(); err == nil {
+					n += info.Size()
+				}
+			}
+			return nil
+		})
+	}
+	return n
+}
+
+// Room returns how many more bytes fit under the quota, and the usage.
+func (w Workspace) Room() (room, used int64) {
+	if w.Quota <= 0 {
+		return math.MaxInt64, 0
+	}
+	used = w.Usage()
+	return max(w.Quota-used, 0), used
 }
 
 // Clean checks p and returns it in canonical form ("." for the root).
@@ -148,7 +191,7 @@ func (w Workspace) Write(p string, data io.Reader, limit int64) (int64, error) {
 	}
 	defer r.Close()
 	if dir := path.Dir(p); dir != "." {
-		if err := r.MkdirAll(dir, 0o755); err != nil {
+		if err := r.MkdirAll(dir, 0o775); err != nil {
 			return 0, confine(err)
 		}
 	}
@@ -156,13 +199,27 @@ func (w Workspace) Write(p string, data io.Reader, limit int64) (int64, error) {
 		return 0, fmt.Errorf("%w: %s is a symlink", ErrBadPath, p)
 	}
 	tmp := path.Join(path.Dir(p), "."+path.Base(p)+".tmp")
-	f, err := r.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	// Group-writable: the tools (another uid in the shared group) may change
+	// what the agent wrote for them; the umask decides on machines without one.
+	f, err := r.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o664)
 	if err != nil {
 		return 0, confine(err)
 	}
-	n, err := io.Copy(f, io.LimitReader(data, limit+1))
-	if err == nil && n > limit {
-		err = fmt.Errorf("file is larger than %d bytes", limit)
+	allowed, quotaBound := limit, false
+	if room, _ := w.Room(); room != math.MaxInt64 {
+		if st, err := r.Lstat(p); err == nil {
+			room += st.Size() // an overwrite frees what it replaces
+		}
+		if room < allowed {
+			allowed, quotaBound = room, true
+		}
+	}
+	n, err := io.Copy(f, io.LimitReader(data, allowed+1))
+	switch {
+	case err == nil && n > allowed && quotaBound:
+		err = fmt.Errorf("%w: the workspace and corpus may hold %d bytes in all", ErrQuota, w.Quota)
+	case err == nil && n > allowed:
+		err = fmt.Errorf("%w: larger than %d bytes", ErrTooLarge, limit)
 	}
 	if err == nil {
 		err = f.Sync()

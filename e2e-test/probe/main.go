@@ -3,9 +3,12 @@
 //
 //	probe ADDR...           try a TCP connection to each; print "ADDR open" or "ADDR closed <why>"
 //	probe -get URL [TOKEN]  GET URL (with a bearer token); print the status code and body
+//	probe -post URL BODY [TOKEN]  POST BODY (as JSON, with a bearer token) to URL; print the status code and body
+//	probe -getn N URL TOKEN GET URL N times with the bearer TOKEN; print the status codes
+//	probe -sdk BASE TOKEN   call the gateway at BASE with the official OpenAI Go SDK (see sdk.go)
 //	probe -routes           print the IPv4 routing table (/proc/net/route): "default" for a default route
 //	probe -sink ADDR        a notification sink: log every request as a JSON line; paths
-//	                        starting /fail answer 500
+//	                        starting /fail answer 500; /redirect?to=URL answers 307 to URL
 package main
 
 import (
@@ -28,7 +31,24 @@ func sink(addr string) {
 		if strings.HasPrefix(r.URL.Path, "/fail") {
 			http.Error(w, "failing on purpose", 500)
 		}
+		if strings.HasPrefix(r.URL.Path, "/redirect") {
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusTemporaryRedirect)
+		}
 	}))
+}
+
+// show sends req and prints the status code and body, or "error ...".
+func show(req *http.Request, err error) {
+	var resp *http.Response
+	if err == nil {
+		resp, err = (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	}
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d %s", resp.StatusCode, b)
 }
 
 func main() {
@@ -55,23 +75,46 @@ func main() {
 		sink(os.Args[2])
 		return
 	}
+	if len(os.Args) > 3 && os.Args[1] == "-post" {
+		req, err := http.NewRequest("POST", os.Args[2], strings.NewReader(os.Args[3]))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+			if len(os.Args) > 4 {
+				req.Header.Set("Authorization", "Bearer "+os.Args[4])
+			}
+		}
+		show(req, err)
+		return
+	}
+	if len(os.Args) > 3 && os.Args[1] == "-sdk" {
+		sdk(os.Args[2], os.Args[3])
+		return
+	}
+	if len(os.Args) > 4 && os.Args[1] == "-getn" {
+		var n int
+		fmt.Sscan(os.Args[2], &n)
+		for range n {
+			req, _ := http.NewRequest("GET", os.Args[3], nil)
+			req.Header.Set("Authorization", "Bearer "+os.Args[4])
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+			if err != nil {
+				fmt.Print("error ")
+				continue
+			}
+			resp.Body.Close()
+			fmt.Printf("%d ", resp.StatusCode)
+		}
+		return
+	}
 	if len(os.Args) > 2 && os.Args[1] == "-get" {
 		req, err := http.NewRequest("GET", os.Args[2], nil)
-		if err != nil {
-			fmt.Println("error", err)
-			os.Exit(1)
+		if err == nil {
+			if len(os.Args) > 3 {
+				req.Header.Set("Authorization", "Bearer "+os.Args[3])
+			}
+			req.Header.Set("X-Affido-Source-Ip", "10.0.0.1") // a forged source address; Caddy must overwrite it
 		}
-		if len(os.Args) > 3 {
-			req.Header.Set("Authorization", "Bearer "+os.Args[3])
-		}
-		req.Header.Set("X-Affido-Source-Ip", "10.0.0.1") // a forged source address; Caddy must overwrite it
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-		if err != nil {
-			fmt.Println("error", err)
-			os.Exit(1)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		fmt.Printf("%d %s", resp.StatusCode, b)
+		show(req, err)
 		return
 	}
 	for _, addr := range os.Args[1:] {

@@ -23,10 +23,14 @@ const (
 	IdleTimeout   = 2 * time.Minute
 )
 
-// New returns a server for h with the limits above.
-func New(h http.Handler) *http.Server {
+// New returns a server for h with the limits above; a non-zero body
+// overrides BodyTimeout.
+func New(h http.Handler, body time.Duration) *http.Server {
+	if body <= 0 {
+		body = BodyTimeout
+	}
 	return &http.Server{
-		Handler:           BodyDeadline(h, BodyTimeout),
+		Handler:           BodyDeadline(h, body),
 		ReadHeaderTimeout: HeaderTimeout,
 		IdleTimeout:       IdleTimeout,
 	}

@@ -276,7 +276,9 @@ func (r *runner) coldFloor(ctx context.Context) error {
 	for range r.cfg.Users {
 		start := time.Now()
 		cr, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "affidobench-floor",
-			Config:     &container.Config{Image: r.cfg.Image, Env: []string{"SESSION_DB=/tmp/s.db", "WORKSPACE=/tmp/w"}},
+			// The floor is the bare agent: no second identity, no volumes.
+			Config: &container.Config{Image: r.cfg.Image, User: "10001:10001",
+				Env: []string{"SESSION_DB=/tmp/s.db", "WORKSPACE=/tmp/w", "AFFIDO_PRIVSEP=off"}},
 			HostConfig: &container.HostConfig{NetworkMode: "affidobench-floor", Tmpfs: map[string]string{"/tmp": "rw"}},
 			NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 				"affidobench-floor": {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: ip}}}},

@@ -143,8 +143,8 @@ func serve(ctx context.Context) error {
 		MemoryBytes:      cfg.SandboxMemory,
 		NanoCPUs:         int64(cfg.SandboxCPUs * 1e9),
 		PidsLimit:        cfg.SandboxPids,
-		RunAs:            "10001:10001",
-		Env:              []string{"AFFIDO_MODEL=" + cfg.DefaultModel},
+		Env: []string{"AFFIDO_MODEL=" + cfg.DefaultModel, fmt.Sprintf("AFFIDO_WORKSPACE_QUOTA_MB=%d", cfg.WorkspaceQuotaMB),
+			"AFFIDO_BODY_TIMEOUT=" + cfg.BodyTimeout.String()},
 	})
 	if err != nil {
 		return err
@@ -191,7 +191,7 @@ func serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	servers := []*http.Server{httpserve.New(pub.Handler()), httpserve.New(admin.Handler())}
+	servers := []*http.Server{httpserve.New(pub.Handler(), cfg.BodyTimeout), httpserve.New(admin.Handler(), cfg.BodyTimeout)}
 	for i, ln := range []net.Listener{pubLn, adminLn} {
 		log.Info("listening", "addr", ln.Addr().String())
 		go func() { errc <- servers[i].Serve(ln) }()

@@ -41,6 +41,8 @@ type Config struct {
 	MarketplaceDir   string         // AFFIDO_MARKETPLACE_DIR: the built marketplace
 	ControlSubnet    netip.Prefix   // AFFIDO_CONTROL_SUBNET: refused to outbound calls
 	NotifyQueueMax   int            // AFFIDO_NOTIFY_QUEUE_MAX: pending notifications per user
+	WorkspaceQuotaMB int64          // AFFIDO_WORKSPACE_QUOTA_MB: a sandbox's workspace and corpus
+	BodyTimeout      time.Duration  // AFFIDO_BODY_TIMEOUT: to send a request body, manager and agents
 	OutboundAllow    []netip.Prefix // AFFIDO_OUTBOUND_ALLOW: ranges outbound calls may reach despite the guard
 }
 
@@ -96,6 +98,8 @@ func Load() (Config, error) {
 		SandboxMemory:    num("AFFIDO_SANDBOX_MEMORY_MB", 512) << 20,
 		SandboxPids:      num("AFFIDO_SANDBOX_PIDS", 256),
 		NotifyQueueMax:   int(num("AFFIDO_NOTIFY_QUEUE_MAX", 100)),
+		WorkspaceQuotaMB: num("AFFIDO_WORKSPACE_QUOTA_MB", 1024),
+		BodyTimeout:      dur("AFFIDO_BODY_TIMEOUT", "60s"),
 	}
 	c.Provider = str("AFFIDO_PROVIDER", "fake")
 	c.MarketplaceDir = str("AFFIDO_MARKETPLACE_DIR", "/marketplace")

@@ -1,6 +1,12 @@
 package gateway_test
 
 import (
+	"errors"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
 	"context"
 	"encoding/json"
 	"io"
@@ -287,5 +293,46 @@ func TestGatewayForwardsOnlyWhatItValidated(t *testing.T) {
 	}
 	if len(keys) != 3 || string(keys["model"]) != `"vendor/model"` || string(keys["temperature"]) != "0.5" {
 		t.Fatalf("upstream body %s", bodies[0])
+	}
+}
+
+// The official OpenAI Go SDK works against the gateway: the model list,
+// plain, streamed and tool-calling completions, and a refused model shows
+// its message (the OpenAI error envelope).
+func TestOpenAISDKAgainstTheGateway(t *testing.T) {
+	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
+	c := oai.NewClient(option.WithBaseURL(srv.URL+"/v1/gateway/"), option.WithAPIKey("sb-token"), option.WithMaxRetries(0),
+		option.WithHeader("X-Affido-Source-Ip", "10.213.0.2"))
+	ctx := context.Background()
+	page, err := c.Models.List(ctx)
+	if err != nil || len(page.Data) != 1 || page.Data[0].ID != "fake/echo" {
+		t.Fatalf("models: %+v %v", page, err)
+	}
+	plain, err := c.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "fake/echo",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("hello sdk")}})
+	if err != nil || len(plain.Choices) != 1 || plain.Choices[0].Message.Content != "echo: hello sdk" {
+		t.Fatalf("plain: %+v %v", plain, err)
+	}
+	stream := c.Chat.Completions.NewStreaming(ctx, oai.ChatCompletionNewParams{Model: "fake/echo",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("streamed")}})
+	var acc oai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil || len(acc.Choices) != 1 || acc.Choices[0].Message.Content != "echo: streamed" {
+		t.Fatalf("streamed: %+v %v", acc.Choices, err)
+	}
+	tool, err := c.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "fake/echo",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("read notes.txt")},
+		Tools: []oai.ChatCompletionToolUnionParam{oai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name: "read_file", Parameters: shared.FunctionParameters{"type": "object"}})}})
+	if err != nil || len(tool.Choices) != 1 || len(tool.Choices[0].Message.ToolCalls) != 1 || tool.Choices[0].Message.ToolCalls[0].Function.Name != "read_file" {
+		t.Fatalf("tool call: %+v %v", tool, err)
+	}
+	_, err = c.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "not-served",
+		Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("x")}})
+	var apiErr *oai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "not served") {
+		t.Fatalf("refused model: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -32,7 +31,6 @@ type Config struct {
 	MemoryBytes      int64
 	NanoCPUs         int64
 	PidsLimit        int64
-	RunAs            string   // uid:gid inside the container
 	Env              []string // extra environment for the agent (AFFIDO_MODEL=...)
 }
 
@@ -230,8 +228,11 @@ func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix, gatew
 	_, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: n.Container(),
 		Config: &container.Config{
-			Image:  d.cfg.Image,
-			User:   d.cfg.RunAs,
+			Image: d.cfg.Image,
+			// Root with CAP_SETUID and CAP_SETGID only, and only until the
+			// agent has started its tool runner under the tools' uid and
+			// dropped itself to the agent's (agent/privsep).
+			User:   "0:0",
 			Labels: n.Labels(),
 			Env: append([]string{
 				"SESSION_DB=/data/session.db",
@@ -240,18 +241,16 @@ func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix, gatew
 				fmt.Sprintf("AFFIDO_LISTEN=:%d", d.cfg.AgentPort),
 				"AFFIDO_GATEWAY_URL=" + d.cfg.GatewayURL,
 				"AFFIDO_GATEWAY_TOKEN=" + gatewayToken,
+				// The only address the agent's API answers: Caddy's on this network.
+				"AFFIDO_CALLER_IP=" + GatewayIP(subnet).String(),
 			}, d.cfg.Env...),
 			StopTimeout: &stop,
-			Healthcheck: &container.HealthConfig{
-				Test:     []string{"CMD", "/bin/affido-agent", "healthcheck"},
-				Interval: 30 * time.Second,
-				Timeout:  2 * time.Second,
-			},
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    container.NetworkMode(n.Network()),
 			ReadonlyRootfs: true,
 			CapDrop:        []string{"ALL"},
+			CapAdd:         []string{"SETUID", "SETGID"},
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
 			Mounts: []mount.Mount{

@@ -1,0 +1,310 @@
+//go:build e2e
+
+package e2e
+
+// The attacks of issue 13, tried against the real stack the way a model
+// steered by what it read (or a hostile user) would, using only the
+// documented routes and the scripted model's run: rule. Each must be
+// refused and leave nothing behind.
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func psql(t *testing.T, query string) string {
+	t.Helper()
+	return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc", query))
+}
+
+func shellReply(t *testing.T, user, tok, command string) string {
+	t.Helper()
+	return prompt(t, user, tok, map[string]any{"text": "run: " + command}).Reply
+}
+
+// The gateway token is in the agent's environment; the tools cannot read it
+// from /proc, nor anything under /data.
+func TestAttackToolsCannotReadTheAgentsSecretsOrState(t *testing.T) {
+	user, tok := newUser(t, "atk-secrets")
+	keepAwake(t, user, tok)
+	if r := shellReply(t, user, tok, "cat /proc/1/environ | base64"); !strings.Contains(r, "Permission denied") {
+		t.Errorf("reading the agent's environment: %q", r)
+	}
+	// Every process's environment the tools can read, all at once.
+	r := shellReply(t, user, tok, `for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null; done | tr '\0' '\n'`)
+	if strings.Contains(r, "AFFIDO_GATEWAY_TOKEN") {
+		t.Errorf("the gateway token is readable by the tools: %q", r)
+	}
+	for _, cmd := range []string{"ls /data", "head -c 16 /data/session.db", "mkdir -p /data/corpus/planted.txt", "echo x > /data/skills/csv-summary.json"} {
+		if r := shellReply(t, user, tok, cmd); !strings.Contains(r, "Permission denied") || !strings.Contains(r, "exit 1") && !strings.Contains(r, "exit 2") {
+			t.Errorf("%s: %q", cmd, r)
+		}
+	}
+	if _, err := inAgentAs(t, user, tok, "agent", "ls", "/data/corpus/planted.txt"); err == nil {
+		t.Error("the shell planted a document in the corpus")
+	}
+	// The agent runs as its own uid; after start-up no process holds a capability.
+	status := mustInAgent(t, user, tok, "sh", "-c", `for s in /proc/[0-9]*/status; do echo "$s $(grep -E '^(Uid|CapEff)' $s | tr '\t\n' '  ')"; done`)
+	sawAgent := false
+	for _, line := range strings.Split(strings.TrimSpace(status), "\n") {
+		// (a process that ended between the listing and the read has no line to check)
+		if strings.Contains(line, "CapEff:") && !strings.Contains(line, "CapEff: 0000000000000000") {
+			t.Errorf("a process holds capabilities: %s", line)
+		}
+		if strings.HasPrefix(line, "/proc/1/status") {
+			sawAgent = strings.Contains(line, "Uid: 10001 10001 10001 10001") && strings.Contains(line, "CapEff: 0000000000000000")
+		}
+	}
+	if !sawAgent {
+		t.Errorf("the agent (pid 1) does not run as uid 10001 without capabilities:\n%s", status)
+	}
+}
+
+// A process the model starts in the background ends with its tool call,
+// even one that detaches into a session of its own.
+func TestAttackNoProcessOutlivesItsToolCall(t *testing.T) {
+	user, tok := newUser(t, "atk-bg")
+	if r := shellReply(t, user, tok, "sleep 300 & (setsid sleep 301 &); echo started"); !strings.Contains(r, "started") {
+		t.Fatalf("start: %q", r)
+	}
+	r := shellReply(t, user, tok, "ps")
+	if strings.Contains(r, "sleep 30") {
+		t.Fatalf("a background process outlived its call:\n%s", r)
+	}
+	// Limits per call: a file past RLIMIT_FSIZE stops the writer.
+	r = shellReply(t, user, tok, `head -c 300000000 /dev/zero > big.bin; echo "rc=$?"; wc -c < big.bin; rm -f big.bin`)
+	if !strings.Contains(r, "rc=153") || !strings.Contains(r, "268435456") {
+		t.Errorf("writing past the 256 MiB file size limit: %q", r)
+	}
+}
+
+// Nothing inside the sandbox can call the agent's API: not a program on
+// localhost, not one using the container's own address.
+func TestAttackAgentAPIAnswersOnlyCaddy(t *testing.T) {
+	user, tok := newUser(t, "atk-api")
+	keepAwake(t, user, tok)
+	name := stack + "-" + user + "-agent"
+	own := ipOn(t, name, stack+"-"+user+"-net")
+	for _, base := range []string{"http://127.0.0.1:8080", "http://" + own + ":8080"} {
+		out, _ := dockerTry("run", "--rm", "--network", "container:"+name, "affido/probe:test", "-post", base+"/ingest?name=planted.txt", `"planted"`)
+		if !strings.HasPrefix(out, "403") {
+			t.Errorf("POST %s/ingest from inside the sandbox: %s", base, out)
+		}
+		out, _ = dockerTry("run", "--rm", "--network", "container:"+name, "affido/probe:test", "-post", base+"/skills/install", `{"name":"csv-summary"}`)
+		if !strings.HasPrefix(out, "403") {
+			t.Errorf("POST %s/skills/install from inside the sandbox: %s", base, out)
+		}
+	}
+	if r := request(t, "GET", "/u/"+user+"/raw?doc=planted.txt&version=1", bearer(tok)); r.Code != 404 {
+		t.Errorf("the planted document exists: %d %s", r.Code, r.Body)
+	}
+	if r := mustGet(t, user, tok, "/skills"); strings.Contains(r.Body, "csv-summary") {
+		t.Errorf("a skill was installed from inside: %s", r.Body)
+	}
+}
+
+// Notifications go through the guarded client: a URL that names Caddy's
+// sandbox-control listener (by address, service name, container name or as
+// an IPv4-mapped IPv6 address), or an allowed endpoint that redirects to the
+// admin API or to that listener, delivers nothing there.
+func TestAttackNotificationsCannotBeTurnedInward(t *testing.T) {
+	startSink(t)
+	victim, victimTok := newUser(t, "atk-victim")
+	mustGet(t, victim, victimTok, "/health")
+	ep := psql(t, "SELECT endpoint FROM sandboxes WHERE user_id = '"+victim+"'")
+	caddyIP := env("AFFIDO_CADDY_IP", "10.212.1.10")
+	sink := "http://" + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + ":9999"
+	chosen := "chosen-" + victim
+	control := "/_sandbox/" + ep + "/prompt"
+	urls := map[string]string{
+		"address":             "http://" + caddyIP + ":8081" + control,
+		"service name":        "http://caddy:8081" + control,
+		"container name":      "http://" + caddyName() + ":8081" + control,
+		"IPv4-mapped":         "http://[::ffff:" + caddyIP + "]:8081" + control,
+		"loopback admin":      "http://127.0.0.1:9091/admin/session?user=" + victim + "&token=" + chosen,
+		"redirect to admin":   sink + "/redirect?to=" + urlEscape("http://127.0.0.1:9091/admin/session?user="+victim+"&token="+chosen),
+		"redirect to control": sink + "/redirect?to=" + urlEscape("http://"+caddyIP+":8081"+control),
+	}
+	t.Run("attacks", func(t *testing.T) {
+		for what, u := range urls {
+			t.Run(what, func(t *testing.T) {
+				t.Parallel()
+				user, tok := newUser(t, "atk-notify")
+				docker(t, "exec", managerName(), "/bin/affido", "admin", "notify", user, u)
+				setReminder(t, user, tok, time.Second, "ATTACK "+what)
+				waitNotificationsSettled(t, user, "failed 5")
+				if errs := psql(t, "SELECT string_agg(a.error, ' | ') FROM notification_attempts a JOIN notifications n ON n.id = a.notification_id WHERE n.user_id = '"+user+"'"); !strings.Contains(errs, "outbound address refused") {
+					t.Errorf("delivery errors do not say the guard refused: %s", errs)
+				}
+			})
+		}
+	})
+	t.Run("nothing reached the victim", func(t *testing.T) {
+		for _, e := range inspectOf(t, victim, victimTok).Entries.Items {
+			if strings.Contains(e.Text, "ATTACK") {
+				t.Errorf("an attacker's reminder reached the victim's conversation: %+v", e)
+			}
+		}
+		if n := psql(t, "SELECT count(*) FROM session WHERE token = '"+chosen+"'"); n != "0" {
+			t.Errorf("a session was minted for the victim: %s", n)
+		}
+	})
+	// The admin API is not on TCP at all.
+	out := docker(t, "run", "--rm", "--network", "container:"+managerName(), "affido/probe:test", "127.0.0.1:9091")
+	if !strings.Contains(out, "closed") {
+		t.Errorf("the admin API listens on TCP: %s", out)
+	}
+}
+
+// A page on another site cannot use the session cookie to write.
+func TestAttackCrossSiteCookieWritesAreRefused(t *testing.T) {
+	user, tok := newUser(t, "atk-csrf")
+	docker(t, "exec", managerName(), "/bin/affido", "admin", "session", user, "tok-"+user)
+	cookie := "better-auth.session_token=tok-" + user
+	send := func(path, origin, ctype, body string) response {
+		req, _ := http.NewRequest("POST", baseURL+"/u/"+user+path, strings.NewReader(body))
+		req.Header.Set("Cookie", cookie)
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		req.Header.Set("Content-Type", ctype)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return response{resp.StatusCode, resp.Header, readAll(resp)}
+	}
+	for _, tc := range []struct{ what, path, origin, ctype, body string }{
+		{"form POST to /prompt", "/prompt", "https://evil.example", "text/plain", `{"text":"run: touch pwned"}`},
+		{"form POST to /ingest", "/ingest?name=evil.txt", "https://evil.example", "text/plain", "planted"},
+		{"JSON from another origin", "/prompt", "https://evil.example", "application/json", `{"text":"run: touch pwned"}`},
+		{"same origin but not JSON", "/prompt", baseURL, "text/plain", `{"text":"run: touch pwned"}`},
+	} {
+		if r := send(tc.path, tc.origin, tc.ctype, tc.body); r.Code != 403 || !strings.Contains(r.Body, "cross-site") {
+			t.Errorf("%s: %d %s", tc.what, r.Code, r.Body)
+		}
+	}
+	if in := inspectOf(t, user, tok); in.EntryCount != 0 {
+		t.Errorf("a refused request wrote %d entries", in.EntryCount)
+	}
+	if r := request(t, "GET", "/u/"+user+"/raw?doc=evil.txt&version=1", bearer(tok)); r.Code != 404 {
+		t.Errorf("a refused ingest stored the document: %d", r.Code)
+	}
+	// The page's own origin, with JSON, works; bearer tokens are unaffected.
+	if r := send("/prompt", baseURL, "application/json", `{"text":"hello"}`); r.Code != 200 {
+		t.Errorf("same-origin JSON: %d %s", r.Code, r.Body)
+	}
+	if r := post(t, user, tok, "/ingest?name=ok.txt", "fine"); r.Code != 201 && r.Code != 200 {
+		t.Errorf("bearer ingest: %d %s", r.Code, r.Body)
+	}
+}
+
+func urlEscape(s string) string {
+	r := strings.NewReplacer("%", "%25", "&", "%26", "?", "%3F", "=", "%3D", ":", "%3A", "/", "%2F")
+	return r.Replace(s)
+}
+
+// Guessing tokens: from one address (a container on the control network,
+// so the rest of the suite keeps its own budget), failures past 20 get 429
+// with no credential lookup.
+func TestAttackTokenGuessingIsThrottled(t *testing.T) {
+	user, _ := newUser(t, "atk-guess")
+	url := "http://" + env("AFFIDO_CADDY_IP", "10.212.1.10") + ":8080/u/" + user + "/status"
+	out := docker(t, "run", "--rm", "--network", stack+"_control", "affido/probe:test", "-getn", "25", url, "wrong-token")
+	codes := strings.Fields(out)
+	if len(codes) != 25 {
+		t.Fatalf("codes %q", out)
+	}
+	for i, c := range codes {
+		want := "401"
+		if i >= 20 {
+			want = "429"
+		}
+		if c != want {
+			t.Fatalf("guess %d: %s, want %s (all: %s)", i+1, c, want, out)
+		}
+	}
+}
+
+// One sandbox cannot queue notifications without end: past the cap
+// (3 in the test stack) the gateway answers 429 and the reminders wait.
+func TestAttackNotificationQueueIsCapped(t *testing.T) {
+	startSink(t)
+	user, tok := reminderUser(t, "atk-flood", "/fail/flood")
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	for i := range 5 {
+		prompt(t, user, tok, map[string]any{"text": fmt.Sprintf("remind at %s: flood %d", past, i)})
+	}
+	// The first three are queued (and failing at the sink); the other two
+	// were refused and wait in the sandbox to hand over again.
+	waitUntil(t, 12*time.Second, "three notifications queued, two reminders waiting", func() bool {
+		queued := psql(t, "SELECT count(*) FROM notifications WHERE user_id = '"+user+"'")
+		sleeping := 0
+		for _, tk := range inspectOf(t, user, tok).Tasks {
+			if tk.State == "sleeping" {
+				sleeping++
+			}
+		}
+		return queued == "3" && sleeping == 2
+	})
+}
+
+// A request body that never finishes arriving is cut off at the agent's
+// body deadline (3 s in the test stack): the agent's handler ends, so the
+// sandbox is no longer busy, although the client still holds its connection
+// to Caddy (Caddy has no body deadline of its own: see caddy/Caddyfile).
+func TestAttackTrickledBodyIsCutOff(t *testing.T) {
+	user, tok := newUser(t, "atk-slow")
+	mustGet(t, user, tok, "/session")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT /u/%s/uploads/slow.bin HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\nab",
+		user, strings.TrimPrefix(baseURL, "http://"), tok)
+	// In flight first: the upload handler has opened its temporary file.
+	waitUntil(t, 30*time.Second, "the upload is inside the agent", func() bool {
+		r := request(t, "GET", "/u/"+user+"/files?path=uploads", bearer(tok))
+		return r.Code == 200 && strings.Contains(r.Body, ".slow.bin.tmp")
+	})
+	// Then cut off: nothing in flight any more, and nothing stored.
+	waitUntil(t, 60*time.Second, "the agent let go of the trickled upload", func() bool {
+		return post(t, user, tok, "/pause?if_idle=1", "").Code == 200
+	})
+	if r := request(t, "GET", "/u/"+user+"/files?path=uploads", bearer(tok)); strings.Contains(r.Body, "slow.bin") {
+		t.Fatalf("the trickled upload left a file: %s", r.Body)
+	}
+}
+
+// From inside a sandbox, with its own token, the official OpenAI Go SDK
+// works against the gateway and shows why a model is refused; a body whose
+// keys could mean two things is refused before it goes anywhere.
+func TestGatewayFromInsideTheSandbox(t *testing.T) {
+	user, tok := newUser(t, "atk-gateway")
+	keepAwake(t, user, tok)
+	name := stack + "-" + user + "-agent"
+	var token string
+	for _, e := range strings.Split(docker(t, "inspect", "-f", `{{join .Config.Env "\n"}}`, name), "\n") {
+		if v, ok := strings.CutPrefix(e, "AFFIDO_GATEWAY_TOKEN="); ok {
+			token = v
+		}
+	}
+	base := "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
+	out := docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test", "-sdk", base, token)
+	for _, want := range []string{"models 2", "plain echo: hello sdk", "stream echo: streamed", "tool read_file", "refused 400 model \"not-served\" is not served here"} {
+		if !strings.Contains(out, want+"\n") && !strings.Contains(out, want) {
+			t.Errorf("SDK: no %q in\n%s", want, out)
+		}
+	}
+	body := `{"model":"not-served","MODEL":"fake/echo","messages":[{"role":"user","content":"x"}]}`
+	out, _ = dockerTry("run", "--rm", "--network", "container:"+name, "affido/probe:test", "-post", base+"chat/completions", body, token)
+	if !strings.HasPrefix(out, "400") || !strings.Contains(out, "invalid_request_error") {
+		t.Errorf("case-variant model key: %s", out)
+	}
+}
