@@ -276,3 +276,29 @@ func TestRetryBackoffSurvivesPause(t *testing.T) {
 		t.Fatalf("run after retries across a pause: %+v", es)
 	}
 }
+
+// An agent that hangs when the manager asks it to pause is paused anyway,
+// with the wake time the agent reported when the reminder was set, and is
+// woken at that time: the reminder still arrives.
+func TestHungAgentIsWokenAtItsReportedTime(t *testing.T) {
+	startSink(t)
+	user, tok := reminderUser(t, "rem-hung", "/hung")
+	due := setReminder(t, user, tok, 10*time.Second, "while hung")
+	name := stack + "-" + user + "-agent"
+	waitUntil(t, 20*time.Second, "the agent reported its wake time", func() bool {
+		return psql(t, "SELECT reported_wake_at IS NOT NULL FROM sandboxes WHERE user_id = '"+user+"'") == "t"
+	})
+	docker(t, "kill", "-s", "STOP", name) // the agent cannot answer /pause now
+	waitStatus(t, user, "paused", 20*time.Second)
+	docker(t, "kill", "-s", "CONT", name) // delivered when the manager thaws it
+	d := waitDelivery(t, "/hung", time.Until(due)+20*time.Second)
+	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
+	late := d.At.Sub(dueExact)
+	t.Logf("reminder of a hung agent: delivered %v after its time", late.Round(time.Millisecond))
+	if late < 0 || late > 10*time.Second {
+		t.Errorf("delivered %v after its time", late)
+	}
+	if ev := psql(t, "SELECT detail->>'wake_at' FROM audit_events WHERE user_id = '"+user+"' AND kind = 'sandbox.paused' ORDER BY id DESC LIMIT 1"); ev == "" {
+		t.Errorf("the pause of the hung agent stored no wake time")
+	}
+}

@@ -180,6 +180,9 @@ func serve(ctx context.Context) error {
 			Tools:  append(tools.Builtin(toolsWS, shell), reminders.Tools()...),
 			Kinds:  map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}},
 			Redact: redactor.Redact,
+			// The manager hears every change of the next due time, so it
+			// can wake this sandbox even if the agent hangs at pause time.
+			OnScheduled: (&wakeReporter{report: model.ReportWake, log: log}).scheduled,
 		},
 		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(filepath.Dir(sessionDB), "skills"), Market: skills.HTTPFetcher{
 			BaseURL: env("AFFIDO_GATEWAY_URL", "http://gateway:8088") + "/v1/gateway/marketplace", Token: os.Getenv("AFFIDO_GATEWAY_TOKEN")}},
@@ -209,4 +212,26 @@ func serve(ctx context.Context) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
+}
+
+// wakeReporter reports the harness's next due time to the manager. The
+// harness calls it from one goroutine, in order; "due now" (work running or
+// ready) is reported once until something else is.
+type wakeReporter struct {
+	report  func(ctx context.Context, at time.Time) error
+	log     *slog.Logger
+	lastNow bool
+}
+
+func (w *wakeReporter) scheduled(at time.Time) {
+	dueNow := !at.IsZero() && !at.After(time.Now())
+	if dueNow && w.lastNow {
+		return
+	}
+	w.lastNow = dueNow
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.report(ctx, at); err != nil {
+		w.log.Warn("report the next wake time to the manager", "at", at, "err", err)
+	}
 }

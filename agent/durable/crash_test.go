@@ -26,8 +26,38 @@ import (
 )
 
 // Child side. Env: CRASH_DIR (db, markers, runs log), CRASH_INPUTS (comma
-// separated), CRASH_PAUSE (ms each slow operation takes), CRASH_COMMIT_STALL
-// (stall inside the Nth commit).
+// separated), CRASH_LATE (inputs submitted after recovery has started),
+// CRASH_PAUSE (ms each slow operation takes), CRASH_COMMIT_STALL (stall
+// inside the Nth commit).
+//
+// The workload's inputs are "KIND TAG": safe (a replay-safe tool), unsafe
+// (a tool that must not rerun), stream (a slow model reply), retry (a model
+// error that is retried after a stored sleep), remind (a tool that creates
+// a background sleeping task, which writes "alarm TAG" when due), big (a
+// tool whose 8 MiB result makes a commit SQLite takes a while to write), and
+// anything else (an echo).
+
+// crashOpen opens the database of the crash suite. Another backend runs the
+// same suite by opening its own DB here.
+var crashOpen = func(t *testing.T, path string) durable.DB { return openDB(t, path) }
+
+// bigOutput is the big tool's result.
+var bigOutput = strings.Repeat("0123456789abcdef", 8<<20/16)
+
+// crashAlarm is the task a remind call leaves behind.
+type crashAlarm struct{}
+
+func (crashAlarm) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	var cp struct{ Tag string }
+	_ = json.Unmarshal(t.Checkpoint, &cp)
+	id, err := sc.Harness().Store().MintID()
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	t.State, t.Outcome, t.Deadline = durable.Terminal, durable.Completed, nil
+	return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
+		Kind: durable.OutsideText, Text: "alarm " + cp.Tag, At: sc.Harness().Now(), RunID: t.ID}}}, nil
+}
 
 func mark(dir, what string) {
 	f, err := os.OpenFile(filepath.Join(dir, "markers"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
@@ -38,26 +68,36 @@ func mark(dir, what string) {
 	}
 }
 
-// stallDB stalls inside its Nth transaction, after the writes and before
-// the commit, so the parent can kill the process mid-commit.
+// stallDB stalls in its Nth transaction so the parent can kill the process
+// there: inside it, after the writes and before the commit (after=false),
+// or right after it committed (after=true), which is between two commits
+// of the code under test.
 type stallDB struct {
 	durable.DB
 	dir   string
 	n     int64
+	after bool
 	count atomic.Int64
 }
 
 func (s *stallDB) Transaction(ctx context.Context, fn func(tx durable.Executor) error) error {
-	return s.DB.Transaction(ctx, func(tx durable.Executor) error {
+	var nth bool
+	err := s.DB.Transaction(ctx, func(tx durable.Executor) error {
 		if err := fn(tx); err != nil {
 			return err
 		}
-		if s.count.Add(1) == s.n {
+		nth = s.count.Add(1) == s.n
+		if nth && !s.after {
 			mark(s.dir, "in-commit")
 			time.Sleep(10 * time.Second)
 		}
 		return nil
 	})
+	if nth && s.after && err == nil {
+		mark(s.dir, "after-commit")
+		time.Sleep(10 * time.Second)
+	}
+	return err
 }
 
 func TestCrashChild(t *testing.T) {
@@ -66,11 +106,16 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("helper process for the crash suite")
 	}
 	pause, _ := time.ParseDuration(os.Getenv("CRASH_PAUSE") + "ms")
-	var db durable.DB = openDB(t, filepath.Join(dir, "session.db"))
+	var db durable.DB = crashOpen(t, filepath.Join(dir, "session.db"))
 	if n := os.Getenv("CRASH_COMMIT_STALL"); n != "" {
 		var k int64
 		fmt.Sscan(n, &k)
 		db = &stallDB{DB: db, dir: dir, n: k}
+	}
+	if n := os.Getenv("CRASH_AFTER_COMMIT"); n != "" {
+		var k int64
+		fmt.Sscan(n, &k)
+		db = &stallDB{DB: db, dir: dir, n: k, after: true}
 	}
 	store, err := durable.OpenStore(ctx, db)
 	if err != nil {
@@ -105,7 +150,7 @@ func TestCrashChild(t *testing.T) {
 			return durable.ModelResponse{Text: "done " + tag + ": " + last.Content}, nil
 		}
 		switch kind {
-		case "safe", "unsafe":
+		case "safe", "unsafe", "remind", "big":
 			return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "call-" + tag, Name: kind + "_tool", Arguments: json.RawMessage(`{"tag":"` + tag + `"}`)}}}, nil
 		case "stream":
 			mark(dir, "stream")
@@ -119,7 +164,18 @@ func TestCrashChild(t *testing.T) {
 		}
 		return durable.ModelResponse{Text: "echo " + tag}, nil
 	})
-	h, err := durable.Open(ctx, store, durable.Options{Model: model, DefaultModel: "test", Tools: []durable.Tool{tool("safe_tool", true), tool("unsafe_tool", false)},
+	remind := durable.Tool{Name: "remind_tool", Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+		due := c.Now.Add(2 * pause)
+		return durable.ToolResult{Output: "reminder set", Tasks: []durable.Task{{Kind: "crash-alarm", State: durable.Sleeping,
+			Deadline: &due, Checkpoint: args, Background: true}}}, nil
+	}}
+	big := durable.Tool{Name: "big_tool", Safe: true, Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+		mark(dir, "big-result")
+		return durable.ToolResult{Output: bigOutput}, nil
+	}}
+	h, err := durable.Open(ctx, store, durable.Options{Model: model, DefaultModel: "test",
+		Tools: []durable.Tool{tool("safe_tool", true), tool("unsafe_tool", false), remind, big},
+		Kinds: map[string]durable.TaskKind{"crash-alarm": crashAlarm{}},
 		Retry: durable.RetryPolicy{Base: 3 * pause, Cap: time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +192,30 @@ func TestCrashChild(t *testing.T) {
 		subs = append(subs, sub.ID)
 	}
 	mark(dir, "submitted")
+	// Work that arrives while the recovery of the rest is under way.
+	if late := os.Getenv("CRASH_LATE"); late != "" {
+		for i, in := range strings.Split(late, ",") {
+			sub, err := h.Submit(ctx, 1, durable.Input{Text: in, RequestID: fmt.Sprint("late", i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, sub.ID)
+		}
+	}
 	for _, id := range subs {
 		if _, err := h.WaitSubmission(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for { // background alarms too: until nothing is live
+		live, err := store.LiveTasks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(live) == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	mark(dir, "all-done")
 	h.Close()
@@ -150,6 +226,7 @@ func TestCrashChild(t *testing.T) {
 type child struct {
 	dir    string
 	inputs []string
+	late   []string // submitted by the recovery run, while it recovers the rest
 	pause  int
 }
 
@@ -198,15 +275,32 @@ func killAt(t *testing.T, c child, marker string, delay time.Duration, extra ...
 	cmd.Wait()
 }
 
-// killAfter starts the child and SIGKILLs it after d. It reports whether
-// the kill landed (the child may finish first).
-func killAfter(c child, d time.Duration) bool {
+// killAfterSubmitted starts the child and SIGKILLs it d after it has
+// submitted its work. It reports whether the kill landed before the child
+// finished.
+func killAfterSubmitted(t *testing.T, c child, d time.Duration) bool {
+	t.Helper()
+	before := countMarker(c.dir, "submitted")
 	cmd := c.cmd()
-	if cmd.Start() != nil {
-		return false
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for countMarker(c.dir, "submitted") == before {
+		select {
+		case <-done:
+			return false
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("the child never submitted; markers: %v", markers(c.dir))
+		}
+		time.Sleep(time.Millisecond)
+	}
 	select {
 	case <-done:
 		return false
@@ -217,9 +311,47 @@ func killAfter(c child, d time.Duration) bool {
 	}
 }
 
+// killWhileWritingBigCommit starts the child and SIGKILLs it while SQLite
+// appends the big tool's result to the WAL: once the WAL has grown by 1 MiB
+// since the tool returned. It reports whether the kill came before the
+// write was complete (the WAL had grown by less than the result's size).
+func killWhileWritingBigCommit(t *testing.T, c child) bool {
+	t.Helper()
+	before := countMarker(c.dir, "big-result")
+	cmd := c.cmd()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wal := filepath.Join(c.dir, "session.db-wal")
+	size := func() int64 {
+		st, err := os.Stat(wal)
+		if err != nil {
+			return 0
+		}
+		return st.Size()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for countMarker(c.dir, "big-result") == before {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the big tool never ran; markers: %v", markers(c.dir))
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	base := size()
+	var at int64
+	for at = size(); at < base+1<<20 && time.Now().Before(deadline); at = size() {
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	return at < base+int64(len(bigOutput))
+}
+
 func finish(t *testing.T, c child) {
 	t.Helper()
-	out, err := c.cmd().CombinedOutput()
+	cmd := c.cmd("CRASH_LATE=" + strings.Join(c.late, ","))
+	out, err := cmd.CombinedOutput()
 	if err != nil || countMarker(c.dir, "all-done") == 0 {
 		t.Fatalf("recovery run failed: %v\n%s", err, out)
 	}
@@ -239,22 +371,30 @@ func runLines(dir string) []string {
 	return out
 }
 
-// check verifies the invariants after recovery and returns the answers by tag.
+// check verifies the invariants after recovery and returns the answers by
+// tag: every input stored once and answered exactly once, every tool call
+// with exactly one intent and one result (no orphan results), one alarm per
+// remind, no error entries, a usage ledger that counts each model reply and
+// each tool result once, and nothing left live.
 func check(t *testing.T, c child) map[string]string {
 	t.Helper()
-	s, err := durable.OpenStore(ctx, openDB(t, filepath.Join(c.dir, "session.db")))
+	s, err := durable.OpenStore(ctx, crashOpen(t, filepath.Join(c.dir, "session.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 1000})
+	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 10000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	owner := map[string]int{}
 	intents := map[string]int{}
 	results := map[string]int{}
+	finals := map[int64]int{} // run -> assistant messages without tool calls
+	alarms := map[string]int{}
+	kinds := map[durable.EntryKind]int{}
 	for _, e := range p.Items {
+		kinds[e.Kind]++
 		switch e.Kind {
 		case durable.OwnerMessage:
 			owner[e.Text]++
@@ -262,30 +402,80 @@ func check(t *testing.T, c child) map[string]string {
 			intents[fmt.Sprint(e.RunID, e.ToolCallID)]++
 		case durable.ToolResultEntry:
 			results[fmt.Sprint(e.RunID, e.ToolCallID)]++
+		case durable.AssistantMessage:
+			if len(e.ToolCalls) == 0 {
+				finals[e.RunID]++
+			}
+		case durable.OutsideText:
+			alarms[e.Text]++
+		case durable.ErrorEntry:
+			t.Errorf("error entry: %q", e.Text)
 		}
 	}
 	answers := map[string]string{}
+	inputs := map[string]string{} // input -> request id
 	for i, in := range c.inputs {
+		inputs[in] = fmt.Sprint("r", i)
+	}
+	for i, in := range c.late {
+		inputs[in] = fmt.Sprint("late", i)
+	}
+	reminds := 0
+	for in, req := range inputs {
 		if owner[in] != 1 {
 			t.Errorf("input %q stored %d times", in, owner[in])
 		}
-		sub, err := s.SubmissionByRequest(ctx, 1, fmt.Sprint("r", i))
+		kind, tag, _ := strings.Cut(in, " ")
+		if kind == "remind" {
+			reminds++
+			if alarms["alarm "+tag] != 1 {
+				t.Errorf("reminder %s fired %d times", tag, alarms["alarm "+tag])
+			}
+		}
+		sub, err := s.SubmissionByRequest(ctx, 1, req)
 		if err != nil || sub.Status != durable.Done {
 			t.Errorf("submission of %q: %+v %v", in, sub, err)
 			continue
+		}
+		if finals[sub.TaskID] != 1 {
+			t.Errorf("input %q: %d final answers in its run, want exactly 1", in, finals[sub.TaskID])
 		}
 		a, err := s.Entry(ctx, sub.AnswerEntryID)
 		if err != nil {
 			t.Errorf("answer of %q: %v", in, err)
 			continue
 		}
-		_, tag, _ := strings.Cut(in, " ")
 		answers[tag] = a.Text
+	}
+	if len(alarms) != reminds {
+		t.Errorf("%d distinct alarms for %d reminders: %v", len(alarms), reminds, alarms)
 	}
 	for k, n := range intents {
 		if n != 1 || results[k] != 1 {
 			t.Errorf("tool call %s: %d intents, %d results", k, n, results[k])
 		}
+	}
+	for k := range results {
+		if intents[k] != 1 {
+			t.Errorf("tool result %s has %d intents (an orphan result)", k, intents[k])
+		}
+	}
+	u, err := s.Usage(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var modelCalls, toolCalls int64
+	for _, m := range u.Models {
+		modelCalls += m.Calls
+	}
+	for _, n := range u.Tools {
+		toolCalls += n
+	}
+	if modelCalls != int64(kinds[durable.AssistantMessage]) {
+		t.Errorf("usage ledger: %d model calls for %d model replies stored", modelCalls, kinds[durable.AssistantMessage])
+	}
+	if toolCalls != int64(kinds[durable.ToolResultEntry]) {
+		t.Errorf("usage ledger: %d tool calls for %d tool results stored", toolCalls, kinds[durable.ToolResultEntry])
 	}
 	live, _ := s.LiveTasks(ctx)
 	if len(live) != 0 {
@@ -353,6 +543,47 @@ func TestCrashAtChosenPoints(t *testing.T) {
 			t.Fatalf("answer %q", a["z1"])
 		}
 	})
+	t.Run("while a reminder sleeps", func(t *testing.T) {
+		c := newChild(t, 200, "remind m1")
+		killAt(t, c, "submitted", 150*time.Millisecond)
+		finish(t, c)
+		if a := check(t, c); a["m1"] != "done m1: reminder set" {
+			t.Fatalf("answer %q", a["m1"])
+		}
+	})
+	t.Run("while SQLite writes a commit", func(t *testing.T) {
+		midWrite := 0
+		for i := range 4 {
+			c := newChild(t, 20, "big g1", "plain p1")
+			if killWhileWritingBigCommit(t, c) {
+				midWrite++
+			}
+			c.late = []string{"plain late" + fmt.Sprint(i)}
+			finish(t, c)
+			a := check(t, c)
+			if a["g1"] != "done g1: "+bigOutput || a["p1"] != "echo p1" {
+				t.Fatalf("answers after a kill during the big commit: %d bytes / %q", len(a["g1"]), a["p1"])
+			}
+		}
+		t.Logf("%d of 4 kills landed while the WAL was still being written", midWrite)
+		if midWrite == 0 {
+			t.Fatal("no kill landed while SQLite was writing the commit")
+		}
+	})
+	t.Run("right after each of the first commits", func(t *testing.T) {
+		// Every boundary between two commits of a tool turn and a plain
+		// reply: work split over two commits would show here as a step
+		// done twice.
+		for n := 1; n <= 14; n++ {
+			c := newChild(t, 20, "safe c1", "plain p1")
+			killAt(t, c, "after-commit", 0, fmt.Sprint("CRASH_AFTER_COMMIT=", n))
+			finish(t, c)
+			a := check(t, c)
+			if a["c1"] != "done c1: safe_tool-ok c1" || a["p1"] != "echo p1" {
+				t.Fatalf("after commit %d: answers %v", n, a)
+			}
+		}
+	})
 	t.Run("inside a commit", func(t *testing.T) {
 		for _, n := range []int{2, 3, 4, 5, 6} {
 			c := newChild(t, 20, "safe c1", "plain p1")
@@ -366,8 +597,9 @@ func TestCrashAtChosenPoints(t *testing.T) {
 	})
 }
 
-// At least 50 kills at random moments of a mixed workload, several per
-// database, bounded in time.
+// At least 50 kills at random moments after the child has submitted a
+// mixed workload (tools, a slow stream, a retry, a reminder), several per
+// database, and a submission arriving during each recovery; bounded in time.
 func TestCrashAtRandomPoints(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
@@ -377,15 +609,16 @@ func TestCrashAtRandomPoints(t *testing.T) {
 	done, dbs := 0, 0
 	for db := 0; done < kills && time.Now().Before(budget); db++ {
 		dbs++
-		c := newChild(t, 25, "safe a"+fmt.Sprint(db), "unsafe b"+fmt.Sprint(db), "stream c"+fmt.Sprint(db), "plain d"+fmt.Sprint(db), "retry e"+fmt.Sprint(db))
+		tag := fmt.Sprint(db)
+		c := newChild(t, 25, "safe a"+tag, "unsafe b"+tag, "stream c"+tag, "plain d"+tag, "retry e"+tag, "remind f"+tag)
 		for range 6 {
-			if killAfter(c, time.Duration(rand.IntN(300))*time.Millisecond) {
+			if killAfterSubmitted(t, c, time.Duration(rand.IntN(250))*time.Millisecond) {
 				done++
 			}
 		}
+		c.late = []string{"plain g" + tag}
 		finish(t, c)
 		a := check(t, c)
-		tag := fmt.Sprint(db)
 		if a["a"+tag] != "done a"+tag+": safe_tool-ok a"+tag {
 			t.Errorf("db %d: safe answer %q", db, a["a"+tag])
 		}
@@ -397,12 +630,13 @@ func TestCrashAtRandomPoints(t *testing.T) {
 		case ub != "done b"+tag+": unsafe_tool-ok b"+tag || unsafeRuns != 1:
 			t.Errorf("db %d: unsafe answer %q after %d runs", db, ub, unsafeRuns)
 		}
-		if a["c"+tag] != "streamed c"+tag || a["d"+tag] != "echo d"+tag || a["e"+tag] != "echo e"+tag {
+		if a["c"+tag] != "streamed c"+tag || a["d"+tag] != "echo d"+tag || a["e"+tag] != "echo e"+tag ||
+			a["f"+tag] != "done f"+tag+": reminder set" || a["g"+tag] != "echo g"+tag {
 			t.Errorf("db %d: answers %v", db, a)
 		}
 	}
 	if done < 50 {
 		t.Fatalf("only %d kill points within the time budget", done)
 	}
-	t.Logf("%d random kill points over %d databases", done, dbs)
+	t.Logf("%d random kill points after submission over %d databases", done, dbs)
 }

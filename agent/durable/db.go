@@ -17,6 +17,10 @@ import (
 // ErrClosed is returned by every operation on a closed DB, Store or Harness.
 var ErrClosed = errors.New("closed")
 
+// ErrLocked is returned by an opener when another store has the database
+// open: there is one writer per database, for the store's whole life.
+var ErrLocked = errors.New("the database is open in another store")
+
 // ErrNoRows is returned by Get when the query matched nothing.
 var ErrNoRows = errors.New("no rows")
 
@@ -36,14 +40,21 @@ type Executor interface {
 // DB is the storage facade the runtime is written against.
 //
 // Contract, checked by the conformance suite in durable/storetest:
-//   - One writer. Calls are serialized; a Transaction holds the database
+//   - One writer per database: while a DB is open, opening the same database
+//     again fails with an error wrapping ErrLocked and writes nothing.
+//   - Calls are serialized; a Transaction holds the database
 //     until fn returns, and all of its work goes through the tx it is given
 //     (calling the DB itself from inside fn deadlocks).
 //   - Transaction commits when fn returns nil and rolls back when it returns
 //     an error or panics, so a failed transaction leaves nothing behind; the
 //     error fn returned is returned unchanged.
 //   - Committed transactions survive a process crash.
-//   - After Close, every call fails with an error wrapping ErrClosed.
+//   - Exec runs its statements in order and stops at the first that fails,
+//     returning that error.
+//   - A transaction whose ctx is cancelled fails and leaves nothing behind.
+//   - NULL, blobs, long text and integers up to MaxID round-trip exactly.
+//   - After Close, every call fails with an error wrapping ErrClosed;
+//     closing again is a no-op.
 type DB interface {
 	Executor
 	Transaction(ctx context.Context, fn func(tx Executor) error) error

@@ -84,7 +84,9 @@ type Options struct {
 	Compaction   CompactionPolicy
 	MaxTurns     int // model calls per run (default 16)
 	Redact       func(string) string
-	// OnScheduled is told every new earliest due time (zero: nothing due).
+	// OnScheduled is told every new earliest due time (zero: nothing due),
+	// from one goroutine and in order; changes that come faster than the
+	// host takes them are coalesced to the latest.
 	OnScheduled func(at time.Time)
 	// Gate, if set, checks every model reply before it is stored; a
 	// non-empty reason rejects it (nothing is written) and the model is told why.
@@ -112,7 +114,17 @@ type Harness struct {
 	lastDue  time.Time
 	timer    *time.Timer
 	watchers []chan struct{}
+
+	// The host callback runs on one goroutine, with the latest due time
+	// only: a host never hears an older deadline after a newer one.
+	notifyCh  chan struct{}
+	notifyDue time.Time
 }
+
+// recheck bounds how long the harness trusts a timer: deadlines are wall
+// clock times, and a timer runs on the monotonic clock, so after a wall
+// clock jump the next re-check (at most this far away) finds what is due.
+const recheck = time.Second
 
 // Kind names of the built-in tasks.
 const (
@@ -145,7 +157,7 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 		opts.Compaction.KeepRecent = 20
 	}
 	h := &Harness{store: store, opts: opts, tools: map[string]Tool{}, kinds: map[string]TaskKind{},
-		busy: map[int64]bool{}, kick: make(chan struct{}, 1)}
+		busy: map[int64]bool{}, kick: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
 	for _, t := range opts.Tools {
 		h.tools[t.Name] = t
 	}
@@ -191,10 +203,29 @@ func (h *Harness) Resume() error {
 		return nil
 	}
 	h.resumed = true
-	h.wg.Add(1)
+	h.wg.Add(2)
 	go h.loop()
+	go h.notifier()
 	h.poke()
 	return nil
+}
+
+// notifier tells the host each new earliest due time, in order, latest wins.
+func (h *Harness) notifier() {
+	defer h.wg.Done()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-h.notifyCh:
+		}
+		h.mu.Lock()
+		due := h.notifyDue
+		h.mu.Unlock()
+		if h.opts.OnScheduled != nil {
+			h.opts.OnScheduled(due)
+		}
+	}
 }
 
 func (h *Harness) poke() {
@@ -306,12 +337,16 @@ func (h *Harness) schedule(live []Task, now time.Time) {
 		h.timer = nil
 	}
 	if !due.IsZero() && due.After(now) {
-		h.timer = time.AfterFunc(due.Sub(now), h.poke)
+		h.timer = time.AfterFunc(min(due.Sub(now), recheck), h.poke)
 	}
 	if !due.Equal(h.lastDue) {
 		h.lastDue = due
 		if h.opts.OnScheduled != nil {
-			go h.opts.OnScheduled(due)
+			h.notifyDue = due
+			select {
+			case h.notifyCh <- struct{}{}:
+			default: // the notifier will read notifyDue, the latest, anyway
+			}
 		}
 	}
 }

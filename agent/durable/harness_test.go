@@ -524,3 +524,82 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met within 30 s")
 }
+
+// fakeClock is a wall clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) jump(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// A wall clock that jumps past a sleeping task's deadline wakes it without
+// anyone calling Wake (timers run on the monotonic clock, deadlines do not).
+func TestClockJumpWakesASleepingTask(t *testing.T) {
+	clock := &fakeClock{now: time.Now().UTC()}
+	e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"alarm": alarm{}}, Now: clock.Now})
+	due := clock.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if _, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "alarm", State: durable.Sleeping, Deadline: &due, Checkpoint: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if at, _ := e.h.NextDueAt(ctx); !at.Equal(due) {
+		t.Fatalf("NextDueAt %v, want %v", at, due)
+	}
+	clock.jump(2 * time.Hour)
+	waitFor(t, func() bool { return strings.Contains(kinds(e.entries(1)), "outside_text") })
+}
+
+// The host callback is called from one goroutine at a time, and what it
+// heard last is the harness's current next due time.
+func TestOnScheduledIsOrderedAndEndsAtTheLatest(t *testing.T) {
+	var mu sync.Mutex
+	var heard []time.Time
+	var inside, overlap atomic.Int32
+	opts := durable.Options{Kinds: map[string]durable.TaskKind{"alarm": alarm{}},
+		OnScheduled: func(at time.Time) {
+			if inside.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			mu.Lock()
+			heard = append(heard, at)
+			mu.Unlock()
+			inside.Add(-1)
+		}}
+	e := newEnv(t, opts)
+	base := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	for i := 20; i > 0; i-- { // each new task is earlier than the last
+		due := base.Add(time.Duration(i) * time.Minute)
+		if _, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "alarm", State: durable.Sleeping, Deadline: &due, Checkpoint: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := base.Add(time.Minute)
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(heard) > 0 && heard[len(heard)-1].Equal(want)
+	})
+	if at, _ := e.h.NextDueAt(ctx); !at.Equal(want) {
+		t.Fatalf("NextDueAt %v, want %v", at, want)
+	}
+	if n := overlap.Load(); n != 0 {
+		t.Fatalf("OnScheduled ran concurrently %d times", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(heard); i++ {
+		if heard[i].After(heard[i-1]) {
+			t.Fatalf("the host heard %v after the earlier %v: %v", heard[i], heard[i-1], heard)
+		}
+	}
+}

@@ -27,10 +27,14 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	db DB
 
-	mu     sync.Mutex
-	nextID int64
-	closed bool
+	mu       sync.Mutex
+	nextID   int64 // the next ID of the reserved block
+	blockEnd int64 // first ID past the reserved block
+	closed   bool
 }
+
+// idBlock is how many IDs MintID reserves in the database at a time.
+const idBlock = 64
 
 // OpenStore migrates db to the current schema, refusing a newer one, and
 // creates the root conversation on first open.
@@ -42,7 +46,8 @@ func OpenStore(ctx context.Context, db DB) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: read metadata: %w", err)
 	}
-	s := &Store{db: db, nextID: row["next_id"].(int64)}
+	next := row["next_id"].(int64)
+	s := &Store{db: db, nextID: next, blockEnd: next} // no block reserved yet
 	if _, err := s.Conversation(ctx, RootConversation); errors.Is(err, ErrNotFound) {
 		if err := s.Commit(ctx, Writes{Conversations: []Conversation{{ID: RootConversation, CreatedAt: time.Now().UTC()}}}); err != nil {
 			return nil, fmt.Errorf("open store: create root conversation: %w", err)
@@ -74,8 +79,9 @@ func (s *Store) check() error {
 	return nil
 }
 
-// MintID returns a fresh ID. An ID minted but never committed may be issued
-// again after a restart; a committed one never is.
+// MintID returns a fresh ID. IDs are allocated in the database, a block at
+// a time (the block is recorded before any of it is handed out), so no ID
+// is ever issued twice, committed or not, across restarts too.
 func (s *Store) MintID() (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,9 +91,35 @@ func (s *Store) MintID() (int64, error) {
 	if s.nextID > MaxID {
 		return 0, ErrIDExhausted
 	}
+	if s.nextID >= s.blockEnd {
+		if err := s.reserve(); err != nil {
+			return 0, err
+		}
+	}
 	id := s.nextID
 	s.nextID++
 	return id, nil
+}
+
+// reserve records the next block of IDs in the database. Caller holds mu.
+func (s *Store) reserve() error {
+	ctx := context.Background()
+	return s.db.Transaction(ctx, func(tx Executor) error {
+		row, err := tx.Get(ctx, `SELECT next_id FROM durable_meta WHERE singleton = 1`)
+		if err != nil {
+			return fmt.Errorf("reserve IDs: %w", err)
+		}
+		start := max(row["next_id"].(int64), s.nextID)
+		if start > MaxID {
+			return ErrIDExhausted
+		}
+		end := min(start+idBlock, MaxID+1)
+		if err := tx.Run(ctx, `UPDATE durable_meta SET next_id = ? WHERE singleton = 1`, end); err != nil {
+			return fmt.Errorf("reserve IDs: %w", err)
+		}
+		s.nextID, s.blockEnd = start, end
+		return nil
+	})
 }
 
 func mustJSON(v any) string {

@@ -209,6 +209,32 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 	return models, nil
 }
 
+// ReportWake tells the manager the agent's next due time (zero: nothing
+// waits on time), so it can wake the sandbox even if the agent does not
+// answer when it is paused.
+func (c *Client) ReportWake(ctx context.Context, at time.Time) error {
+	var v *time.Time
+	if !at.IsZero() {
+		v = &at
+	}
+	b, _ := json.Marshal(map[string]any{"at": v})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/wake-at", bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("report wake: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("report wake: %s", resp.Status)
+	}
+	return nil
+}
+
 // Notify hands a notification to the manager through the gateway. key makes
 // repeated hand-offs of the same notification one delivery.
 func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) error {

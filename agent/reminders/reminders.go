@@ -8,6 +8,8 @@ package reminders
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +27,9 @@ const Kind = "reminder"
 type Notifier func(ctx context.Context, key, text string, due time.Time) error
 
 type checkpoint struct {
+	// Key names the notification: random and stored with the reminder, so
+	// it stays unique after a reset starts task ids again.
+	Key     string    `json:"key,omitempty"`
 	Text    string    `json:"text"`
 	Due     time.Time `json:"due"`
 	Phase   string    `json:"phase"` // "wait", then "notify"
@@ -61,7 +66,11 @@ func (k Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task)
 		return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
 			Kind: durable.ReminderEntry, Text: text, At: now, RunID: t.ID, Data: data}}}, nil
 	case "notify":
-		err := k.Notify(ctx, fmt.Sprintf("reminder-%d", t.ID), cp.Text, cp.Due)
+		key := cp.Key
+		if key == "" { // stored by an agent before keys were random
+			key = fmt.Sprintf("reminder-%d", t.ID)
+		}
+		err := k.Notify(ctx, key, cp.Text, cp.Due)
 		if err == nil {
 			t.State, t.Outcome, t.Deadline = durable.Terminal, durable.Completed, nil
 			return durable.StepResult{Task: t}, nil
@@ -136,7 +145,7 @@ func Tools() []durable.Tool {
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				cp := checkpoint{Text: a.Text, Due: due, Phase: "wait", Late: due.Before(c.Now)}
+				cp := checkpoint{Key: newKey(), Text: a.Text, Due: due, Phase: "wait", Late: due.Before(c.Now)}
 				raw, _ := json.Marshal(cp)
 				out := fmt.Sprintf("Reminder set for %s: %s", due.Format(time.RFC3339), a.Text)
 				if cp.Late {
@@ -195,4 +204,12 @@ func Tools() []durable.Tool {
 			},
 		},
 	}
+}
+
+// newKey returns a notification key no other reminder of this sandbox, before
+// or after a reset, will have.
+func newKey() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "reminder-" + hex.EncodeToString(b)
 }

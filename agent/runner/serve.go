@@ -111,12 +111,16 @@ wait:
 			break wait
 		case <-ctx.Done():
 			why = fmt.Sprintf("\n[killed after %s]", timeout)
+			// The shell's group at once (one signal to all its members, so
+			// the shell cannot go on after its child dies), then the rest.
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			killDescendants()
 			err = <-done
 			break wait
 		case r, ok := <-reqs:
 			if !ok || (r.Cancel && r.ID == req.ID) {
 				why = "\n[cancelled]"
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 				killDescendants()
 				err = <-done
 				break wait

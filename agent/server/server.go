@@ -328,6 +328,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if s.h.Busy() || (!due.IsZero() && !due.After(time.Now())) {
+				s.h.Wake() // due work runs now, not at the next re-check
 				problem.Write(w, http.StatusConflict, "busy", "a task is running or due")
 				return
 			}

@@ -75,8 +75,9 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	mu    sync.Mutex
-	boxes map[string]*box
+	mu     sync.Mutex
+	boxes  map[string]*box
+	resume map[string][]time.Duration // recent resume times per tier (wake.go)
 
 	eventsUp atomic.Bool
 	now      func() time.Time
@@ -95,6 +96,12 @@ type box struct {
 	subnet     netip.Prefix
 	lastActive time.Time
 	wakeAt     *time.Time
+	// reported is the agent's own last report of its next due time.
+	reported *time.Time
+	// stopping is set while the manager itself stops or removes the
+	// container, so its "die" event is not taken for a crash.
+	stopping    bool
+	restartedAt time.Time
 }
 
 // New returns a Manager. Call Run to start its background loops.
@@ -253,6 +260,13 @@ func (m *Manager) ensureRunning(ctx context.Context, b *box) (netip.AddrPort, er
 	return ep, nil
 }
 
+// setStopping marks that the manager itself is taking b's container down.
+func (m *Manager) setStopping(b *box, on bool) {
+	m.mu.Lock()
+	b.stopping = on
+	m.mu.Unlock()
+}
+
 func (m *Manager) port(c provision.Container) uint16 {
 	if c.Endpoint.IsValid() {
 		return c.Endpoint.Port()
@@ -407,8 +421,17 @@ func (m *Manager) prepareIdle(ctx context.Context, b *box, ep netip.AddrPort) (*
 	defer cancel()
 	busy, wakeAt, err := m.agent.PrepareIdle(actx, ep)
 	if err != nil {
-		m.log.Info("agent did not answer /pause; treating as idle", "user", b.user, "err", err)
-		return nil, true, nil
+		// A hung agent: go by what it last reported. Work due now keeps it
+		// running; a future wake time is stored like an answer would be.
+		m.mu.Lock()
+		reported := b.reported
+		m.mu.Unlock()
+		if reported != nil && !reported.After(m.now()) {
+			m.log.Info("agent did not answer /pause and last reported work due; keeping it running", "user", b.user, "err", err)
+			return nil, false, nil
+		}
+		m.log.Info("agent did not answer /pause; using its last reported wake time", "user", b.user, "wake_at", reported, "err", err)
+		return reported, true, nil
 	}
 	if busy {
 		return nil, false, nil
@@ -458,6 +481,8 @@ func (m *Manager) stop(ctx context.Context, b *box) error {
 	if err := m.store(ctx, b, registry.StateStopped, wakeAt); err != nil {
 		return err
 	}
+	m.setStopping(b, true)
+	defer m.setStopping(b, false)
 	if c.Status == "paused" { // a frozen process cannot handle SIGTERM
 		if err := m.eng.Unpause(ctx, c.ID); err != nil {
 			return err
@@ -486,6 +511,8 @@ func (m *Manager) remove(ctx context.Context, b *box) error {
 	if err := m.store(ctx, b, registry.StateRemoved, wakeAt); err != nil {
 		return err
 	}
+	m.setStopping(b, true)
+	defer m.setStopping(b, false)
 	n, _ := m.eng.Names(b.user)
 	if err := m.eng.RemoveContainer(ctx, n); err != nil {
 		return err
@@ -504,6 +531,8 @@ func (m *Manager) Evict(ctx context.Context, user string) error {
 	if err != nil {
 		return err
 	}
+	m.setStopping(b, true)
+	defer m.setStopping(b, false)
 	if err := m.eng.RemoveContainer(ctx, n); err != nil {
 		return err
 	}
@@ -530,6 +559,7 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 	if err != nil {
 		return err
 	}
+	m.setStopping(b, true)
 	if err := m.eng.RemoveAll(ctx, n); err != nil {
 		return err
 	}

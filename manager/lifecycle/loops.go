@@ -24,11 +24,17 @@ func (m *Manager) StateCounts() map[string]int {
 // the idle-tier and wake scans until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	go m.followEvents(ctx)
-	t := time.NewTicker(m.cfg.Tick)
-	defer t.Stop()
 	for {
+		// Every tick, and exactly when the next wake must start (a tick of
+		// a second would make reminders up to a second late).
+		wait := m.cfg.Tick
+		if next := m.nextWake(); !next.IsZero() {
+			wait = max(min(wait, time.Until(next)), time.Millisecond)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
 			m.scan(ctx)
@@ -93,6 +99,7 @@ func (m *Manager) onEvent(ctx context.Context, ev provision.Event) {
 		b.state = "paused"
 	case "die":
 		b.state = "stopped"
+		go m.afterDeath(ctx, b)
 	case "destroy":
 		b.state = "removed"
 	}
@@ -133,7 +140,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			state = dockerState(cs[0].Status)
 		}
 		m.mu.Lock()
-		b.subnet, b.wakeAt = r.Subnet, r.WakeAt
+		b.subnet, b.wakeAt, b.reported = r.Subnet, r.WakeAt, r.ReportedWakeAt
 		if b.state == "unknown" {
 			b.lastActive = r.LastActiveAt
 			if state == "running" { // unseen while the manager was away: give it a fresh idle period
@@ -194,9 +201,10 @@ func (m *Manager) scan(ctx context.Context) {
 	for _, b := range boxes {
 		m.mu.Lock()
 		state, dirty, idle, wakeAt := b.state, b.dirty, now.Sub(b.lastActive), b.wakeAt
+		lead := m.lead(state)
 		m.mu.Unlock()
-		if wakeAt != nil && !now.Before(*wakeAt) && state != "running" {
-			go m.wake(ctx, b, *wakeAt)
+		if wakeAt != nil && !now.Before(wakeAt.Add(-lead)) && state != "running" {
+			go m.wake(ctx, b, *wakeAt, state)
 			continue
 		}
 		action := m.cfg.Tiers.Next(state, idle)
@@ -262,13 +270,14 @@ func (m *Manager) refresh(ctx context.Context, b *box) {
 
 // wake brings a sleeping sandbox up at its stored deadline and tells the
 // agent to run its due work.
-func (m *Manager) wake(ctx context.Context, b *box, due time.Time) {
+func (m *Manager) wake(ctx context.Context, b *box, due time.Time, tier string) {
 	if !b.op.TryLock() {
 		return
 	}
 	defer b.op.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ProvisionTimeout)
 	defer cancel()
+	begin := time.Now()
 	ep, err := m.ensureRunning(ctx, b)
 	if err != nil {
 		m.log.Warn("wake: sandbox did not come up", "user", b.user, "err", err)
@@ -276,6 +285,8 @@ func (m *Manager) wake(ctx context.Context, b *box, due time.Time) {
 	}
 	if err := m.agent.Wake(ctx, ep); err != nil {
 		m.log.Warn("wake: agent /wake failed", "user", b.user, "err", err)
+	} else {
+		m.noteResume(tier, time.Since(begin))
 	}
 	m.metrics.Wake.Observe(time.Since(due).Seconds())
 	m.mu.Lock()

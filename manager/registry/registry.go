@@ -67,6 +67,10 @@ type Sandbox struct {
 	UpdatedAt    time.Time
 	LastActiveAt time.Time
 	WakeAt       *time.Time
+	// ReportedWakeAt is the agent's own last report of its next due time
+	// (nil: nothing waits on time), made at ReportedAt.
+	ReportedWakeAt *time.Time
+	ReportedAt     *time.Time
 }
 
 // Sandbox states as stored.
@@ -157,12 +161,12 @@ func (s *Store) PutSession(ctx context.Context, user, token string, expires time
 }
 
 const sandboxColumns = `user_id, state, subnet, container_id, network_id, endpoint, token_hash,
-	created_at, updated_at, last_active_at, wake_at`
+	created_at, updated_at, last_active_at, wake_at, reported_wake_at, reported_at`
 
 func scanSandbox(row pgx.Row) (Sandbox, error) {
 	var sb Sandbox
 	err := row.Scan(&sb.UserID, &sb.State, &sb.Subnet, &sb.ContainerID, &sb.NetworkID, &sb.Endpoint,
-		&sb.TokenHash, &sb.CreatedAt, &sb.UpdatedAt, &sb.LastActiveAt, &sb.WakeAt)
+		&sb.TokenHash, &sb.CreatedAt, &sb.UpdatedAt, &sb.LastActiveAt, &sb.WakeAt, &sb.ReportedWakeAt, &sb.ReportedAt)
 	return sb, err
 }
 
@@ -223,6 +227,18 @@ func (s *Store) CreateSandbox(ctx context.Context, user string, pick func(used [
 		return Sandbox{}, fmt.Errorf("create sandbox row for %s: %w", user, err)
 	}
 	return sb, nil
+}
+
+// ReportWake stores the next due time user's agent reported (nil: none).
+func (s *Store) ReportWake(ctx context.Context, user string, at *time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET reported_wake_at = $2, reported_at = now() WHERE user_id = $1`, user, at)
+	if err != nil {
+		return fmt.Errorf("report wake of %s: %w", user, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("report wake of %s: %w", user, ErrNotFound)
+	}
+	return nil
 }
 
 // UpdateSandbox writes the mutable fields of a sandbox row.

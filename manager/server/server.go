@@ -75,6 +75,10 @@ type Server struct {
 		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error)
 	}
 	Kick func()
+	// Wakes keeps each agent's reported next due time.
+	Wakes interface {
+		ReportWake(ctx context.Context, user string, at *time.Time) error
+	}
 	// MarketplaceDir holds the built marketplace served to sandboxes.
 	MarketplaceDir string
 	Log            *slog.Logger
@@ -109,6 +113,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
 	mux.HandleFunc("POST /v1/gateway/notify", s.notify)
+	mux.HandleFunc("POST /v1/gateway/wake-at", s.wakeAt)
 	if s.MarketplaceDir != "" {
 		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)
 	}
@@ -280,6 +285,33 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"user":"` + sb.UserID + `"}` + "\n"))
+}
+
+// wakeAt takes an agent's report of its next due time ({"at": time or null}).
+func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) {
+	user, status, why := s.caller(r)
+	if status != 0 {
+		problem.Write(w, status, "gateway-auth", why)
+		return
+	}
+	var body struct {
+		At *time.Time `json:"at"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
+		return
+	}
+	if s.Wakes == nil {
+		problem.Write(w, http.StatusNotFound, "not-found", "wake reports are not configured")
+		return
+	}
+	if err := s.Wakes.ReportWake(r.Context(), user, body.At); err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // notify takes a notification from a sandbox (a reminder that fired) and

@@ -10,11 +10,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, path string) durable.DB {
-		db, err := sqlite.Open(context.Background(), path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db
+	storetest.Run(t, func(path string) (durable.DB, error) {
+		return sqlite.Open(context.Background(), path)
 	})
 }

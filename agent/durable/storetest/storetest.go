@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -15,9 +16,21 @@ import (
 	"github.com/affido/affido/agent/durable"
 )
 
-// Opener opens (creating if needed) the database named name inside dir.
-// Opening the same name again must give the same data.
-type Opener func(t *testing.T, path string) durable.DB
+// Opener opens (creating if needed) the database at path. Opening the same
+// path again, after the first is closed, must give the same data; while it
+// is open, the second open must fail with durable.ErrLocked.
+type Opener func(path string) (durable.DB, error)
+
+// mustOpen opens path and closes it when the test ends.
+func mustOpen(t *testing.T, open Opener, path string) durable.DB {
+	t.Helper()
+	db, err := open(path)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
 
 // Run runs the conformance suite against open.
 func Run(t *testing.T, open Opener) {
@@ -38,6 +51,17 @@ func Run(t *testing.T, open Opener) {
 		{"usage ledger accumulates in the commit", usageLedger},
 		{"transactions roll back on error and panic", transactions},
 		{"every operation after close fails closed", afterClose},
+		{"a second opener is refused while the first is open", secondOpener},
+		{"a second store on the same file is refused and writes nothing", secondStore},
+		{"NULL round-trips", nullRoundTrip},
+		{"blobs round-trip byte for byte", blobRoundTrip},
+		{"a 4 MiB text round-trips", largeText},
+		{"integers up to MaxID round-trip exactly", bigIntegers},
+		{"a failing statement stops a multi-statement Exec", failingExec},
+		{"a transaction whose context is cancelled leaves nothing", cancelledTransaction},
+		{"readers during a write see only committed data", readersDuringWrite},
+		{"concurrent writers lose no update", concurrentWriters},
+		{"concurrent commits through the store get distinct IDs", concurrentStoreCommits},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,7 +74,7 @@ var ctx = context.Background()
 
 func openStore(t *testing.T, open Opener, path string) *durable.Store {
 	t.Helper()
-	s, err := durable.OpenStore(ctx, open(t, path))
+	s, err := durable.OpenStore(ctx, mustOpen(t, open, path))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -384,8 +408,7 @@ func usageLedger(t *testing.T, open Opener, path string) {
 }
 
 func transactions(t *testing.T, open Opener, path string) {
-	db := open(t, path)
-	defer db.Close()
+	db := mustOpen(t, open, path)
 	if err := db.Exec(ctx, `CREATE TABLE t (v TEXT)`); err != nil {
 		t.Fatal(err)
 	}
@@ -443,12 +466,255 @@ func afterClose(t *testing.T, open Opener, path string) {
 			t.Errorf("%s after close: %v", op, err)
 		}
 	}
-	db := open(t, filepath.Join(t.TempDir(), "raw.db"))
+	db := mustOpen(t, open, filepath.Join(t.TempDir(), "raw.db"))
 	db.Close()
+	if err := db.Close(); err != nil {
+		t.Errorf("closing twice: %v", err)
+	}
 	if err := db.Exec(ctx, "SELECT 1"); !errors.Is(err, durable.ErrClosed) {
 		t.Errorf("DB.Exec after close: %v", err)
 	}
 	if err := db.Transaction(ctx, func(durable.Executor) error { return nil }); !errors.Is(err, durable.ErrClosed) {
 		t.Errorf("DB.Transaction after close: %v", err)
+	}
+}
+
+func secondOpener(t *testing.T, open Opener, path string) {
+	first, err := open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second, err := open(path); !errors.Is(err, durable.ErrLocked) {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("second open while the first is open: %v, want ErrLocked", err)
+	}
+	first.Close()
+	again, err := open(path)
+	if err != nil {
+		t.Fatalf("open after the first closed: %v", err)
+	}
+	again.Close()
+}
+
+func secondStore(t *testing.T, open Opener, path string) {
+	s := openStore(t, open, path)
+	commit(t, s, durable.Writes{Entries: []durable.Entry{entry(mint(t, s), "first")}})
+	if _, err := open(path); !errors.Is(err, durable.ErrLocked) {
+		t.Fatalf("a second store on the same file: %v, want ErrLocked", err)
+	}
+	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 10})
+	if err != nil || len(p.Items) != 1 || p.Items[0].Text != "first" {
+		t.Fatalf("entries after the refused opener: %+v %v", p.Items, err)
+	}
+}
+
+// table makes a scratch table on a fresh DB.
+func table(t *testing.T, open Opener, path, cols string) durable.DB {
+	t.Helper()
+	db := mustOpen(t, open, path)
+	if err := db.Exec(ctx, `CREATE TABLE t (`+cols+`)`); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func nullRoundTrip(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `k INTEGER PRIMARY KEY, v TEXT`)
+	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, ?)`, nil); err != nil {
+		t.Fatal(err)
+	}
+	row, err := db.Get(ctx, `SELECT v FROM t WHERE k = 1`)
+	if err != nil || row["v"] != nil {
+		t.Fatalf("NULL came back as %#v (%v)", row["v"], err)
+	}
+}
+
+func blobRoundTrip(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `k INTEGER PRIMARY KEY, v BLOB`)
+	blob := make([]byte, 256*3)
+	for i := range blob {
+		blob[i] = byte(i)
+	}
+	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, ?)`, blob); err != nil {
+		t.Fatal(err)
+	}
+	row, err := db.Get(ctx, `SELECT v FROM t WHERE k = 1`)
+	got, _ := row["v"].([]byte)
+	if err != nil || !reflect.DeepEqual(got, blob) {
+		t.Fatalf("blob came back as %d bytes (%v)", len(got), err)
+	}
+}
+
+func largeText(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `k INTEGER PRIMARY KEY, v TEXT`)
+	text := strings.Repeat("0123456789abcdéf", 4<<20/17)
+	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, ?)`, text); err != nil {
+		t.Fatal(err)
+	}
+	row, err := db.Get(ctx, `SELECT v FROM t WHERE k = 1`)
+	if err != nil || row["v"] != text {
+		t.Fatalf("large text did not round-trip (%v)", err)
+	}
+}
+
+func bigIntegers(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `k INTEGER PRIMARY KEY, v INTEGER`)
+	for i, v := range []int64{0, -1, 1 << 40, durable.MaxID, durable.MaxID - 1} {
+		if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (?, ?)`, i, v); err != nil {
+			t.Fatal(err)
+		}
+		row, err := db.Get(ctx, `SELECT v FROM t WHERE k = ?`, i)
+		if err != nil || row["v"] != v {
+			t.Fatalf("%d came back as %#v (%v)", v, row["v"], err)
+		}
+	}
+}
+
+func failingExec(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `v TEXT`)
+	err := db.Exec(ctx, `INSERT INTO t (v) VALUES ('one'); INSERT INTO nosuchtable (v) VALUES ('two'); INSERT INTO t (v) VALUES ('three');`)
+	if err == nil {
+		t.Fatal("a failing statement in Exec returned no error")
+	}
+	rows, err := db.All(ctx, `SELECT v FROM t ORDER BY v`)
+	if err != nil || len(rows) != 1 || rows[0]["v"] != "one" {
+		t.Fatalf("after the failing Exec: %v %v (want only the statement before the failure)", rows, err)
+	}
+}
+
+func cancelledTransaction(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `v TEXT`)
+	cctx, cancel := context.WithCancel(ctx)
+	err := db.Transaction(cctx, func(tx durable.Executor) error {
+		if err := tx.Run(cctx, `INSERT INTO t (v) VALUES ('before')`); err != nil {
+			return err
+		}
+		cancel()
+		return tx.Run(cctx, `INSERT INTO t (v) VALUES ('after')`)
+	})
+	if err == nil {
+		t.Fatal("a transaction cancelled halfway committed")
+	}
+	rows, err := db.All(ctx, `SELECT v FROM t`)
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("a cancelled transaction left %v (%v)", rows, err)
+	}
+}
+
+func readersDuringWrite(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `k INTEGER PRIMARY KEY, v INTEGER`)
+	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, 0), (2, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	// A writer moves a unit between two rows many times; the sum is always 0
+	// in committed state, so a reader never sees anything else.
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 200; i++ {
+			err := db.Transaction(ctx, func(tx durable.Executor) error {
+				if err := tx.Run(ctx, `UPDATE t SET v = v + 1 WHERE k = 1`); err != nil {
+					return err
+				}
+				return tx.Run(ctx, `UPDATE t SET v = v - 1 WHERE k = 2`)
+			})
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	errs := make(chan error, 4)
+	for r := 0; r < 4; r++ {
+		go func() {
+			for i := 0; i < 100; i++ {
+				row, err := db.Get(ctx, `SELECT sum(v) AS s FROM t`)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if row["s"] != int64(0) {
+					errs <- fmt.Errorf("a reader saw sum %v: an uncommitted half of a write", row["s"])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for r := 0; r < 4; r++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func concurrentWriters(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `k INTEGER PRIMARY KEY, v INTEGER`)
+	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 4, 50
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			for i := 0; i < each; i++ {
+				err := db.Transaction(ctx, func(tx durable.Executor) error {
+					row, err := tx.Get(ctx, `SELECT v FROM t WHERE k = 1`)
+					if err != nil {
+						return err
+					}
+					return tx.Run(ctx, `UPDATE t SET v = ? WHERE k = 1`, row["v"].(int64)+1)
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	row, err := db.Get(ctx, `SELECT v FROM t WHERE k = 1`)
+	if err != nil || row["v"] != int64(writers*each) {
+		t.Fatalf("counter %v after %d increments (%v)", row["v"], writers*each, err)
+	}
+}
+
+func concurrentStoreCommits(t *testing.T, open Opener, path string) {
+	s := openStore(t, open, path)
+	const n = 8
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			for j := 0; j < 20; j++ {
+				id, err := s.MintID()
+				if err == nil {
+					err = s.Commit(ctx, durable.Writes{Entries: []durable.Entry{entry(id, fmt.Sprint(id))}})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 1000})
+	if err != nil || len(p.Items) != n*20 {
+		t.Fatalf("%d entries after %d concurrent commits (%v)", len(p.Items), n*20, err)
 	}
 }
