@@ -21,6 +21,10 @@ var ErrClosed = errors.New("closed")
 // open: there is one writer per database, for the store's whole life.
 var ErrLocked = errors.New("the database is open in another store")
 
+// ErrNested is returned when a transaction's callback calls the DB itself
+// (a nested transaction, or a call outside the tx it was given).
+var ErrNested = errors.New("call on the DB from inside its own transaction")
+
 // ErrNoRows is returned by Get when the query matched nothing.
 var ErrNoRows = errors.New("no rows")
 
@@ -43,8 +47,8 @@ type Executor interface {
 //   - One writer per database: while a DB is open, opening the same database
 //     again fails with an error wrapping ErrLocked and writes nothing.
 //   - Calls are serialized; a Transaction holds the database
-//     until fn returns, and all of its work goes through the tx it is given
-//     (calling the DB itself from inside fn deadlocks).
+//     until fn returns, and all of its work goes through the tx it is given:
+//     calling the DB itself from inside fn fails with ErrNested.
 //   - Transaction commits when fn returns nil and rolls back when it returns
 //     an error or panics, so a failed transaction leaves nothing behind; the
 //     error fn returned is returned unchanged.

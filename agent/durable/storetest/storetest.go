@@ -62,6 +62,7 @@ func Run(t *testing.T, open Opener) {
 		{"readers during a write see only committed data", readersDuringWrite},
 		{"concurrent writers lose no update", concurrentWriters},
 		{"concurrent commits through the store get distinct IDs", concurrentStoreCommits},
+		{"a nested transaction is refused, not deadlocked", nestedTransaction},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -716,5 +717,33 @@ func concurrentStoreCommits(t *testing.T, open Opener, path string) {
 	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 1000})
 	if err != nil || len(p.Items) != n*20 {
 		t.Fatalf("%d entries after %d concurrent commits (%v)", len(p.Items), n*20, err)
+	}
+}
+
+func nestedTransaction(t *testing.T, open Opener, path string) {
+	db := table(t, open, path, `v TEXT`)
+	done := make(chan error, 1)
+	go func() {
+		done <- db.Transaction(ctx, func(tx durable.Executor) error {
+			if err := tx.Run(ctx, `INSERT INTO t (v) VALUES ('outer')`); err != nil {
+				return err
+			}
+			if err := db.Run(ctx, `INSERT INTO t (v) VALUES ('beside')`); !errors.Is(err, durable.ErrNested) {
+				return fmt.Errorf("a DB call inside the callback: %v, want ErrNested", err)
+			}
+			return db.Transaction(ctx, func(durable.Executor) error { return nil })
+		})
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, durable.ErrNested) {
+			t.Fatalf("nested transaction: %v, want ErrNested", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a nested transaction deadlocked")
+	}
+	rows, err := db.All(ctx, `SELECT v FROM t`)
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("the failed outer transaction left %v (%v)", rows, err)
 	}
 }
