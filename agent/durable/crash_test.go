@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/durable/storetest"
 )
 
 // Child side. Env: CRASH_DIR (db, markers, runs log), CRASH_INPUTS (comma
@@ -37,9 +39,18 @@ import (
 // tool whose 8 MiB result makes a commit SQLite takes a while to write), and
 // anything else (an echo).
 
-// crashOpen opens the database of the crash suite. Another backend runs the
-// same suite by opening its own DB here.
-var crashOpen = func(t *testing.T, path string) durable.DB { return openDB(t, path) }
+// crashOpen opens the database of the crash suite: the same kind of opener
+// as the conformance suite's, so another backend runs both unchanged.
+var crashOpen storetest.Opener = func(path string) (durable.DB, error) { return sqlite.Open(ctx, path) }
+
+func mustCrashOpen(t *testing.T, path string) durable.DB {
+	t.Helper()
+	db, err := crashOpen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
 
 // bigOutput is the big tool's result.
 var bigOutput = strings.Repeat("0123456789abcdef", 8<<20/16)
@@ -106,7 +117,7 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("helper process for the crash suite")
 	}
 	pause, _ := time.ParseDuration(os.Getenv("CRASH_PAUSE") + "ms")
-	var db durable.DB = crashOpen(t, filepath.Join(dir, "session.db"))
+	db := mustCrashOpen(t, filepath.Join(dir, "session.db"))
 	if n := os.Getenv("CRASH_COMMIT_STALL"); n != "" {
 		var k int64
 		fmt.Sscan(n, &k)
@@ -142,12 +153,24 @@ func TestCrashChild(t *testing.T) {
 		}}
 	}
 	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
-		last := lastMsg(req)
-		text := lastUser(req)
+		// The owner's message of this run, and the tool result after it if
+		// any. An alarm that fires mid-run adds outside text after the tool
+		// result; it is not the owner speaking.
+		text, toolResult := "", ""
+		for i := len(req.Messages) - 1; i >= 0; i-- {
+			m := req.Messages[i]
+			if m.Role == "tool" && toolResult == "" {
+				toolResult = m.Content
+			}
+			if m.Role == "user" && !strings.HasPrefix(m.Content, "[outside text") {
+				text = m.Content
+				break
+			}
+		}
 		_, body, _ := strings.Cut(text, "] ")
 		kind, tag, _ := strings.Cut(body, " ")
-		if last.Role == "tool" {
-			return durable.ModelResponse{Text: "done " + tag + ": " + last.Content}, nil
+		if toolResult != "" {
+			return durable.ModelResponse{Text: "done " + tag + ": " + toolResult}, nil
 		}
 		switch kind {
 		case "safe", "unsafe", "remind", "big":
@@ -378,7 +401,7 @@ func runLines(dir string) []string {
 // each tool result once, and nothing left live.
 func check(t *testing.T, c child) map[string]string {
 	t.Helper()
-	s, err := durable.OpenStore(ctx, crashOpen(t, filepath.Join(c.dir, "session.db")))
+	s, err := durable.OpenStore(ctx, mustCrashOpen(t, filepath.Join(c.dir, "session.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
