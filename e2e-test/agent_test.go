@@ -63,6 +63,7 @@ func readAll(resp *http.Response) string {
 type runResult struct {
 	RunID   int64   `json:"run_id"`
 	Status  string  `json:"status"`
+	Reason  string  `json:"reason"`
 	Reply   string  `json:"reply"`
 	Model   string  `json:"model"`
 	Entries []int64 `json:"entries"`

@@ -289,15 +289,9 @@ func TestGatewayFromInsideTheSandbox(t *testing.T) {
 	user, tok := newUser(t, "atk-gateway")
 	keepAwake(t, user, tok)
 	name := stack + "-" + user + "-agent"
-	var token string
-	for _, e := range strings.Split(docker(t, "inspect", "-f", `{{join .Config.Env "\n"}}`, name), "\n") {
-		if v, ok := strings.CutPrefix(e, "AFFIDO_GATEWAY_TOKEN="); ok {
-			token = v
-		}
-	}
-	base := "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
+	token, base := sandboxGateway(t, user)
 	out := docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test", "-sdk", base, token)
-	for _, want := range []string{"models 2", "plain echo: hello sdk", "stream echo: streamed", "tool read_file", "refused 400 model \"not-served\" is not served here"} {
+	for _, want := range []string{"models 3", "plain echo: hello sdk", "stream echo: streamed", "tool read_file", "refused 400 model \"not-served\" is not served here"} {
 		if !strings.Contains(out, want+"\n") && !strings.Contains(out, want) {
 			t.Errorf("SDK: no %q in\n%s", want, out)
 		}
@@ -307,4 +301,18 @@ func TestGatewayFromInsideTheSandbox(t *testing.T) {
 	if !strings.HasPrefix(out, "400") || !strings.Contains(out, "invalid_request_error") {
 		t.Errorf("case-variant model key: %s", out)
 	}
+}
+
+// sandboxGateway returns user's sandbox token (read from the container's
+// configuration, as only the test can) and the gateway's base URL as the
+// sandbox sees it.
+func sandboxGateway(t *testing.T, user string) (token, base string) {
+	t.Helper()
+	name := stack + "-" + user + "-agent"
+	for _, e := range strings.Split(docker(t, "inspect", "-f", `{{join .Config.Env "\n"}}`, name), "\n") {
+		if v, ok := strings.CutPrefix(e, "AFFIDO_GATEWAY_TOKEN="); ok {
+			token = v
+		}
+	}
+	return token, "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
 }

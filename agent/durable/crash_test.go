@@ -187,7 +187,9 @@ func TestCrashChild(t *testing.T) {
 		}
 		return durable.ModelResponse{Text: "echo " + tag}, nil
 	})
-	remind := durable.Tool{Name: "remind_tool", Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+	// Replay-safe: the task it creates is committed with its result, so a
+	// call interrupted before that commit did nothing.
+	remind := durable.Tool{Name: "remind_tool", Safe: true, Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 		due := c.Now.Add(2 * pause)
 		return durable.ToolResult{Output: "reminder set", Tasks: []durable.Task{{Kind: "crash-alarm", State: durable.Sleeping,
 			Deadline: &due, Checkpoint: args, Background: true}}}, nil

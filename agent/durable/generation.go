@@ -142,6 +142,10 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 			cp.Attempt++
 			return StepResult{Task: h.sleepForRetry(t, cp.Attempt, cp)}, nil
 		}
+		var stop *StopError
+		if errors.As(err, &stop) {
+			return h.fail(t, sub, stop.Reason, stop.Err.Error())
+		}
 		return h.fail(t, sub, "model_error", err.Error())
 	}
 	if resp.Model == "" {

@@ -603,3 +603,21 @@ func TestOnScheduledIsOrderedAndEndsAtTheLatest(t *testing.T) {
 		}
 	}
 }
+
+// A model error that carries a stop reason (spend_limit, from the gateway)
+// ends the run with that reason, not the generic model_error, and no retry.
+func TestStopErrorEndsTheRunWithItsReason(t *testing.T) {
+	calls := 0
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		calls++
+		return durable.ModelResponse{}, &durable.StopError{Reason: "spend_limit", Err: errors.New("spend limit reached")}
+	})
+	e := newEnv(t, durable.Options{Model: model})
+	sub := e.ask(1, durable.Input{Text: "x"})
+	if sub.Status != durable.Unanswered || sub.Reason != "spend_limit" || calls != 1 {
+		t.Fatalf("submission %+v after %d calls", sub, calls)
+	}
+	if k := kinds(e.entries(1)); !strings.Contains(k, "error") {
+		t.Fatalf("entries %s", k)
+	}
+}

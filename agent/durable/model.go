@@ -59,6 +59,16 @@ func (e transientError) Unwrap() error { return e.err }
 // Transient marks err as worth retrying (a timeout, a 429, a 5xx).
 func Transient(err error) error { return transientError{err} }
 
+// StopError ends a run with Reason as the submission's reason (for
+// example "spend_limit"), instead of the generic "model_error".
+type StopError struct {
+	Reason string
+	Err    error
+}
+
+func (e *StopError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *StopError) Unwrap() error { return e.Err }
+
 // IsTransient reports whether err was marked with Transient.
 func IsTransient(err error) bool {
 	var t transientError

@@ -79,8 +79,14 @@ func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta f
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		var env openai.ErrorEnvelope
+		_ = json.Unmarshal(msg, &env)
 		err := fmt.Errorf("model gateway: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
-		if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
+		switch {
+		case env.Error.Code == openai.CodeSpendLimit:
+			// Waiting does not help: the run stops with this reason.
+			return durable.ModelResponse{}, &durable.StopError{Reason: openai.CodeSpendLimit, Err: errors.New(env.Error.Message)}
+		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 			return durable.ModelResponse{}, durable.Transient(err)
 		}
 		return durable.ModelResponse{}, err

@@ -6,6 +6,8 @@
 //	probe -post URL BODY [TOKEN]  POST BODY (as JSON, with a bearer token) to URL; print the status code and body
 //	probe -getn N URL TOKEN GET URL N times with the bearer TOKEN; print the status codes
 //	probe -sdk BASE TOKEN   call the gateway at BASE with the official OpenAI Go SDK (see sdk.go)
+//	probe -chatn N BASE TOKEN MODEL TEXT MAXTOKENS
+//	                        N concurrent chat completions; print the status codes
 //	probe -routes           print the IPv4 routing table (/proc/net/route): "default" for a default route
 //	probe -sink ADDR        a notification sink: log every request as a JSON line; paths
 //	                        starting /fail answer 500; /redirect?to=URL answers 307 to URL
@@ -35,6 +37,34 @@ func sink(addr string) {
 			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusTemporaryRedirect)
 		}
 	}))
+}
+
+// chatN sends N chat completions at once and prints each status code.
+func chatN(args []string) {
+	var n, maxTokens int
+	fmt.Sscan(args[0], &n)
+	fmt.Sscan(args[5], &maxTokens)
+	body, _ := json.Marshal(map[string]any{"model": args[3], "max_tokens": maxTokens,
+		"messages": []map[string]string{{"role": "user", "content": args[4]}}})
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequest("POST", args[1]+"chat/completions", strings.NewReader(string(body)))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+args[2])
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	for range n {
+		fmt.Print(<-codes, " ")
+	}
 }
 
 // show sends req and prints the status code and body, or "error ...".
@@ -84,6 +114,10 @@ func main() {
 			}
 		}
 		show(req, err)
+		return
+	}
+	if len(os.Args) > 7 && os.Args[1] == "-chatn" {
+		chatN(os.Args[2:])
 		return
 	}
 	if len(os.Args) > 3 && os.Args[1] == "-sdk" {

@@ -78,6 +78,10 @@ func checkKeys(raw []byte) error {
 	return walk()
 }
 
+// CodeSpendLimit is the error code of a call refused because the user's
+// spend limit would be passed (HTTP 402, type insufficient_quota).
+const CodeSpendLimit = "spend_limit"
+
 // ErrorEnvelope is the OpenAI error body: {"error":{"message","type","code"}}.
 type ErrorEnvelope struct {
 	Error ErrorBody `json:"error"`

@@ -109,6 +109,7 @@ func adminCmd() *cobra.Command {
 		userCmd("reset", "Remove USER's container, network, volumes and registry row", "/admin/reset", done("reset")),
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
+		spendCmd(),
 		&cobra.Command{
 			Use:   "notify USER URL",
 			Short: "Send USER's notifications (reminders) to an ntfy-compatible URL (\"\" for none)",
@@ -136,5 +137,34 @@ func adminCmd() *cobra.Command {
 			},
 		},
 	)
+	return cmd
+}
+
+// spendCmd shows USER's spend and limits, and sets their own limits.
+func spendCmd() *cobra.Command {
+	var daily, monthly string
+	cmd := &cobra.Command{
+		Use:   "spend USER [--daily USD] [--monthly USD]",
+		Short: "Show USER's spend today and this month; with flags, set their own limits",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := url.Values{"user": {args[0]}}
+			if daily != "" {
+				q.Set("daily", daily)
+			}
+			if monthly != "" {
+				q.Set("monthly", monthly)
+			}
+			var rep map[string]any
+			if err := adminCall(http.MethodPost, "/admin/spend", q, &rep); err != nil {
+				return err
+			}
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&daily, "daily", "", "USER's daily limit in USD")
+	cmd.Flags().StringVar(&monthly, "monthly", "", "USER's monthly limit in USD")
 	return cmd
 }

@@ -180,8 +180,9 @@ func serve(ctx context.Context) error {
 	go deliverer.Run(ctx)
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
 		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
-		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr}
-	admin := &server.Admin{Manager: mgr, Store: store}
+		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
+		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

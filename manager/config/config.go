@@ -9,41 +9,46 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/affido/affido/manager/spend"
 )
 
 // Config is the manager's configuration.
 type Config struct {
-	PostgresDSN      string         // AFFIDO_POSTGRES_DSN
-	Listen           string         // AFFIDO_LISTEN: forward_auth, gateway, metrics (control network)
-	AdminSocket      string         // AFFIDO_ADMIN_SOCKET: admin API (a unix socket, mode 0600; never TCP)
-	Stack            string         // AFFIDO_STACK: name prefix and label of Docker objects
-	AgentImage       string         // AFFIDO_AGENT_IMAGE
-	SandboxPool      netip.Prefix   // AFFIDO_SANDBOX_POOL
-	SubnetBits       int            // AFFIDO_SANDBOX_SUBNET_BITS
-	SandboxProxy     string         // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
-	GatewayContainer string         // AFFIDO_GATEWAY_CONTAINER: Caddy's container name
-	GatewayURL       string         // AFFIDO_GATEWAY_URL: the gateway as sandboxes see it
-	IdlePause        time.Duration  // AFFIDO_IDLE_PAUSE
-	IdleStop         time.Duration  // AFFIDO_IDLE_STOP
-	IdleRemove       time.Duration  // AFFIDO_IDLE_REMOVE
-	MaxRunning       int            // AFFIDO_MAX_RUNNING
-	ProvisionTimeout time.Duration  // AFFIDO_PROVISION_TIMEOUT
-	Tick             time.Duration  // AFFIDO_TICK: idle and wake scan interval
-	SandboxMemory    int64          // AFFIDO_SANDBOX_MEMORY_MB (MiB)
-	SandboxCPUs      float64        // AFFIDO_SANDBOX_CPUS
-	SandboxPids      int64          // AFFIDO_SANDBOX_PIDS
-	Provider         string         // AFFIDO_PROVIDER: fake or openrouter
-	DefaultModel     string         // AFFIDO_DEFAULT_MODEL: the agents' model unless a prompt names one
-	FakeModels       []string       // AFFIDO_FAKE_MODELS
-	OpenRouterURL    string         // AFFIDO_OPENROUTER_URL
-	OpenRouterKey    string         // AFFIDO_OPENROUTER_KEY, or the file AFFIDO_OPENROUTER_KEY_FILE
-	OpenRouterModels []string       // AFFIDO_OPENROUTER_MODELS (empty: any vendor/model)
-	MarketplaceDir   string         // AFFIDO_MARKETPLACE_DIR: the built marketplace
-	ControlSubnet    netip.Prefix   // AFFIDO_CONTROL_SUBNET: refused to outbound calls
-	NotifyQueueMax   int            // AFFIDO_NOTIFY_QUEUE_MAX: pending notifications per user
-	WorkspaceQuotaMB int64          // AFFIDO_WORKSPACE_QUOTA_MB: a sandbox's workspace and corpus
-	BodyTimeout      time.Duration  // AFFIDO_BODY_TIMEOUT: to send a request body, manager and agents
-	OutboundAllow    []netip.Prefix // AFFIDO_OUTBOUND_ALLOW: ranges outbound calls may reach despite the guard
+	PostgresDSN      string                 // AFFIDO_POSTGRES_DSN
+	Listen           string                 // AFFIDO_LISTEN: forward_auth, gateway, metrics (control network)
+	AdminSocket      string                 // AFFIDO_ADMIN_SOCKET: admin API (a unix socket, mode 0600; never TCP)
+	Stack            string                 // AFFIDO_STACK: name prefix and label of Docker objects
+	AgentImage       string                 // AFFIDO_AGENT_IMAGE
+	SandboxPool      netip.Prefix           // AFFIDO_SANDBOX_POOL
+	SubnetBits       int                    // AFFIDO_SANDBOX_SUBNET_BITS
+	SandboxProxy     string                 // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
+	GatewayContainer string                 // AFFIDO_GATEWAY_CONTAINER: Caddy's container name
+	GatewayURL       string                 // AFFIDO_GATEWAY_URL: the gateway as sandboxes see it
+	IdlePause        time.Duration          // AFFIDO_IDLE_PAUSE
+	IdleStop         time.Duration          // AFFIDO_IDLE_STOP
+	IdleRemove       time.Duration          // AFFIDO_IDLE_REMOVE
+	MaxRunning       int                    // AFFIDO_MAX_RUNNING
+	ProvisionTimeout time.Duration          // AFFIDO_PROVISION_TIMEOUT
+	Tick             time.Duration          // AFFIDO_TICK: idle and wake scan interval
+	SandboxMemory    int64                  // AFFIDO_SANDBOX_MEMORY_MB (MiB)
+	SandboxCPUs      float64                // AFFIDO_SANDBOX_CPUS
+	SandboxPids      int64                  // AFFIDO_SANDBOX_PIDS
+	Provider         string                 // AFFIDO_PROVIDER: fake or openrouter
+	DefaultModel     string                 // AFFIDO_DEFAULT_MODEL: the agents' model unless a prompt names one
+	FakeModels       []string               // AFFIDO_FAKE_MODELS
+	OpenRouterURL    string                 // AFFIDO_OPENROUTER_URL
+	OpenRouterKey    string                 // AFFIDO_OPENROUTER_KEY, or the file AFFIDO_OPENROUTER_KEY_FILE
+	OpenRouterModels []string               // AFFIDO_OPENROUTER_MODELS (empty: any vendor/model)
+	MarketplaceDir   string                 // AFFIDO_MARKETPLACE_DIR: the built marketplace
+	ControlSubnet    netip.Prefix           // AFFIDO_CONTROL_SUBNET: refused to outbound calls
+	NotifyQueueMax   int                    // AFFIDO_NOTIFY_QUEUE_MAX: pending notifications per user
+	WorkspaceQuotaMB int64                  // AFFIDO_WORKSPACE_QUOTA_MB: a sandbox's workspace and corpus
+	BodyTimeout      time.Duration          // AFFIDO_BODY_TIMEOUT: to send a request body, manager and agents
+	Prices           map[string]spend.Price // AFFIDO_MODEL_PRICES: model=input:output USD per million tokens
+	FreeModels       map[string]bool        // AFFIDO_FREE_MODELS: models used without a price
+	SpendLimits      spend.Limits           // AFFIDO_SPEND_DAILY_USD, AFFIDO_SPEND_MONTHLY_USD: default limits
+	OutboundAllow    []netip.Prefix         // AFFIDO_OUTBOUND_ALLOW: ranges outbound calls may reach despite the guard
 }
 
 func list(s string) []string {
@@ -153,6 +158,25 @@ func Load() (Config, error) {
 	if err != nil || c.SandboxCPUs <= 0 {
 		errs = append(errs, fmt.Errorf("AFFIDO_SANDBOX_CPUS: want a positive number, got %q", os.Getenv("AFFIDO_SANDBOX_CPUS")))
 	}
+	defPrices := ""
+	if c.Provider == "fake" {
+		defPrices = "fake/echo=1:2,fake/alt=1:2" // so the tests exercise spend
+	}
+	if c.Prices, err = spend.ParsePrices(str("AFFIDO_MODEL_PRICES", defPrices)); err != nil {
+		errs = append(errs, fmt.Errorf("AFFIDO_MODEL_PRICES: %w", err))
+	}
+	c.FreeModels = map[string]bool{}
+	for _, m := range list(os.Getenv("AFFIDO_FREE_MODELS")) {
+		c.FreeModels[m] = true
+	}
+	usd := func(key, def string) int64 {
+		f, err := strconv.ParseFloat(str(key, def), 64)
+		if err != nil || f < 0 {
+			errs = append(errs, fmt.Errorf("%s: want a non-negative amount of USD, got %q", key, os.Getenv(key)))
+		}
+		return spend.USD(f)
+	}
+	c.SpendLimits = spend.Limits{Daily: usd("AFFIDO_SPEND_DAILY_USD", "5"), Monthly: usd("AFFIDO_SPEND_MONTHLY_USD", "50")}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("configuration: %v", errs)
 	}

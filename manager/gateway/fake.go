@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/affido/affido/internal/openai"
 )
@@ -38,6 +39,22 @@ type Fake struct {
 }
 
 var flakyRule = regexp.MustCompile(`^flaky (\d+): `)
+
+var slowRule = regexp.MustCompile(`^slow (\d+): `)
+
+// slowFor is how long to wait before answering a "slow MS: text" message.
+func slowFor(req openai.ChatRequest) time.Duration {
+	if len(req.Messages) == 0 {
+		return 0
+	}
+	last := req.Messages[len(req.Messages)-1]
+	m := slowRule.FindStringSubmatch(strings.TrimSpace(timePrefix.ReplaceAllString(last.Content, "")))
+	if last.Role != "user" || m == nil {
+		return 0
+	}
+	ms, _ := strconv.Atoi(m[1])
+	return min(time.Duration(ms)*time.Millisecond, 10*time.Second)
+}
 
 // failNow reports whether this request is one of the first N of a
 // "flaky N: text" message, which the fake answers 503 (a transient error the
@@ -171,6 +188,13 @@ func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req openai.Chat
 		w.Header().Set("Content-Type", "application/json")
 		openai.WriteError(w, http.StatusServiceUnavailable, "server_error", "flaky", "the scripted model is flaky on purpose")
 		return openai.ChatUsage{}, nil
+	}
+	if d := slowFor(req); d > 0 { // "slow MS: text": answer after MS (at most 10 s)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return openai.ChatUsage{}, ctx.Err()
+		}
 	}
 	reply := f.Answer(req)
 	var in int64

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/manager/spend"
 )
 
 // Provider answers chat completion requests.
@@ -55,6 +56,16 @@ type Handler struct {
 	Provider Provider
 	Usage    UsageRecorder
 	Log      *slog.Logger
+
+	// Spend control. With a Ledger, every call to a priced model reserves
+	// its worst case first (refused with 402 past a limit) and is settled
+	// to its cost after; a model with no price is refused unless Free.
+	// Without a Ledger nothing is charged or refused (tests).
+	Prices  map[string]spend.Price
+	Free    map[string]bool
+	Ledger  spend.Ledger
+	Limits  spend.Limits      // the default daily and monthly limits
+	OnLimit func(user string) // told when a call is refused for spend
 }
 
 // MaxBody bounds a chat request.
@@ -103,7 +114,12 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, http.StatusBadRequest, "invalid_request_error", "model_not_found", fmt.Sprintf("model %q is not served here; GET /v1/gateway/models lists them", req.Model))
 		return
 	}
+	settle, ok := h.reserve(w, r, user, req)
+	if !ok {
+		return
+	}
 	usage, err := h.Provider.Serve(r.Context(), w, req)
+	settle(usage)
 	if err != nil {
 		h.Log.Warn("gateway: provider failed", "user", user, "model", req.Model, "err", err)
 	}
@@ -114,6 +130,46 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 			h.Log.Warn("gateway: usage not recorded", "user", user, "err", err)
 		}
 	}
+}
+
+// reserve charges req's worst case to user before the call, or answers the
+// refusal itself (ok false). settle records what the call did cost.
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, req openai.ChatRequest) (settle func(openai.ChatUsage), ok bool) {
+	none := func(openai.ChatUsage) {}
+	if h.Ledger == nil {
+		return none, true
+	}
+	price, priced := h.Prices[req.Model]
+	if !priced {
+		if h.Free[req.Model] {
+			return none, true
+		}
+		openai.WriteError(w, http.StatusBadRequest, "invalid_request_error", "unpriced_model",
+			fmt.Sprintf("model %q has no price here, so it cannot be used (the operator sets AFFIDO_MODEL_PRICES or marks it free)", req.Model))
+		return none, false
+	}
+	in, out := spend.Estimate(req)
+	id, err := h.Ledger.Reserve(r.Context(), user, req.Model, spend.Cost(price, in, out), h.Limits)
+	switch {
+	case errors.Is(err, spend.ErrLimit):
+		if h.OnLimit != nil {
+			h.OnLimit(user)
+		}
+		openai.WriteError(w, http.StatusPaymentRequired, "insufficient_quota", openai.CodeSpendLimit, err.Error())
+		return none, false
+	case err != nil:
+		h.Log.Warn("gateway: spend not reserved", "user", user, "err", err)
+		w.Header().Set("Retry-After", "2")
+		openai.WriteError(w, http.StatusServiceUnavailable, "server_error", "unavailable", "the spend ledger is unavailable")
+		return none, false
+	}
+	return func(u openai.ChatUsage) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := h.Ledger.Settle(ctx, id, spend.Cost(price, u.PromptTokens, u.CompletionTokens)); err != nil {
+			h.Log.Warn("gateway: spend not settled (the reservation stands)", "user", user, "id", id, "err", err)
+		}
+	}, true
 }
 
 // OpenRouter forwards requests to an OpenAI-compatible provider, adding the

@@ -1,7 +1,9 @@
 package gateway_test
 
 import (
+	"bytes"
 	"errors"
+	"sync/atomic"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -23,6 +25,7 @@ import (
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
 	"github.com/affido/affido/manager/gateway"
+	"github.com/affido/affido/manager/spend"
 )
 
 type recorder struct {
@@ -334,5 +337,88 @@ func TestOpenAISDKAgainstTheGateway(t *testing.T) {
 	var apiErr *oai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "not served") {
 		t.Fatalf("refused model: %v", err)
+	}
+}
+
+// blockingProvider holds every call until release is closed.
+type blockingProvider struct {
+	gateway.Provider
+	release chan struct{}
+}
+
+func (p blockingProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
+	<-p.release
+	return p.Provider.Serve(ctx, w, req)
+}
+
+// 20 concurrent calls against a daily limit that fits the worst case of 3:
+// 3 are served, 17 refused with 402 spend_limit before reaching the
+// provider; the owner is told. A model without a price is refused.
+func TestSpendLimitHoldsUnderConcurrency(t *testing.T) {
+	fake := gateway.NewFake([]string{"fake/echo", "fake/unpriced"})
+	bp := blockingProvider{gateway.FakeProvider(fake), make(chan struct{})}
+	ledger := &spend.Memory{}
+	var limited atomic.Int32
+	price := spend.Price{Input: 1, Output: 2}
+	maxTokens := int64(1000)
+	req := openai.ChatRequest{Model: "fake/echo", Messages: []openai.ChatMessage{{Role: "user", Content: "hello"}}, MaxTokens: &maxTokens}
+	in, out := spend.Estimate(req)
+	worst := spend.Cost(price, in, out)
+	mux := http.NewServeMux()
+	(&gateway.Handler{Caller: caller, Provider: bp, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Prices: map[string]spend.Price{"fake/echo": price}, Ledger: ledger,
+		Limits:  spend.Limits{Daily: 3*worst + worst/2, Monthly: 1 << 40},
+		OnLimit: func(string) { limited.Add(1) }}).Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	body, _ := json.Marshal(req)
+	post := func(b []byte) (int, openai.ErrorEnvelope) {
+		hr, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/chat/completions", bytes.NewReader(b))
+		hr.Header.Set("Authorization", "Bearer sb-token")
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			t.Error(err)
+			return 0, openai.ErrorEnvelope{}
+		}
+		defer resp.Body.Close()
+		var env openai.ErrorEnvelope
+		raw, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(raw, &env)
+		return resp.StatusCode, env
+	}
+	codes := make(chan int, 20)
+	for range 20 {
+		go func() {
+			code, env := post(body)
+			if code == 402 && env.Error.Code != openai.CodeSpendLimit {
+				t.Errorf("402 without the spend_limit code: %+v", env)
+			}
+			codes <- code
+		}()
+	}
+	refused := 0
+	for range 17 { // the refusals come back while the 3 reserved calls are held
+		if c := <-codes; c == 402 {
+			refused++
+		} else {
+			t.Fatalf("status %d while 3 calls hold the budget", c)
+		}
+	}
+	close(bp.release)
+	served := 0
+	for range 3 {
+		if c := <-codes; c == 200 {
+			served++
+		}
+	}
+	if served != 3 || refused != 17 || limited.Load() != 17 {
+		t.Fatalf("served %d, refused %d, owner told %d times; want 3, 17, 17", served, refused, limited.Load())
+	}
+	if spent := ledger.Spent("u1"); spent > 3*worst {
+		t.Fatalf("charged %d, more than the 3 calls' worst case %d", spent, 3*worst)
+	}
+	unpriced, _ := json.Marshal(openai.ChatRequest{Model: "fake/unpriced", Messages: req.Messages})
+	if code, env := post(unpriced); code != 400 || env.Error.Code != "unpriced_model" {
+		t.Fatalf("unpriced model: %d %+v", code, env)
 	}
 }

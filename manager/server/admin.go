@@ -2,14 +2,17 @@ package server
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/spend"
 )
 
 // Admin serves the operator API behind `affido admin`. It listens on the
@@ -17,6 +20,8 @@ import (
 type Admin struct {
 	Manager *lifecycle.Manager
 	Store   *registry.Store
+	// SpendLimits are the default limits a user's own limits replace.
+	SpendLimits spend.Limits
 }
 
 // Handler returns the admin API.
@@ -42,6 +47,40 @@ func (a *Admin) Handler() http.Handler {
 			return err
 		}
 		writeJSON(w, map[string]string{"user": user, "token": tok})
+		return nil
+	}))
+	mux.HandleFunc("POST /admin/spend", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		usd := func(key string) (*int64, bool) {
+			v := r.URL.Query().Get(key)
+			if v == "" {
+				return nil, true
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+				problem.Write(w, http.StatusBadRequest, "bad-limit", key+" is a non-negative amount of USD such as 2.50")
+				return nil, false
+			}
+			m := spend.USD(f)
+			return &m, true
+		}
+		daily, ok := usd("daily")
+		if !ok {
+			return nil
+		}
+		monthly, ok := usd("monthly")
+		if !ok {
+			return nil
+		}
+		if daily != nil || monthly != nil {
+			if err := a.Store.SetSpendLimits(r.Context(), user, daily, monthly); err != nil {
+				return err
+			}
+		}
+		rep, err := a.Store.Spend(r.Context(), user, a.SpendLimits)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, rep)
 		return nil
 	}))
 	mux.HandleFunc("POST /admin/notify", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {

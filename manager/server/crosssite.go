@@ -32,6 +32,12 @@ func checkCookieWrite(r *http.Request, agentPath string) error {
 	if method == "" {
 		method = http.MethodGet
 	}
+	return checkCookieMethod(r, method, agentPath)
+}
+
+// checkCookieMethod is checkCookieWrite for a request with method, as
+// the manager's own routes (/api) receive them from Caddy unchanged.
+func checkCookieMethod(r *http.Request, method, agentPath string) error {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return nil

@@ -23,6 +23,7 @@ import (
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/spend"
 )
 
 // SessionCookie is the web client's session cookie.
@@ -75,6 +76,16 @@ type Server struct {
 		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error)
 	}
 	Kick func()
+	// Spend control of the gateway (see gateway.Handler) and the owner's
+	// view of it (/api/spend).
+	Prices      map[string]spend.Price
+	FreeModels  map[string]bool
+	Ledger      spend.Ledger
+	SpendLimits spend.Limits
+	SpendOwner  interface {
+		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
+		AllowAnotherDay(ctx context.Context, user string) error
+	}
 	// Wakes keeps each agent's reported next due time.
 	Wakes interface {
 		ReportWake(ctx context.Context, user string, at *time.Time) error
@@ -118,7 +129,10 @@ func (s *Server) Handler() http.Handler {
 		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)
 	}
 	if s.Provider != nil {
-		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log}).Register(mux)
+		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log,
+			Prices: s.Prices, Free: s.FreeModels, Ledger: s.Ledger, Limits: s.SpendLimits, OnLimit: s.spendLimitReached}).Register(mux)
+		mux.HandleFunc("GET /api/spend", s.spendReport)
+		mux.HandleFunc("POST /api/spend/another-day", s.anotherDay)
 	}
 	mux.HandleFunc("/v1/gateway/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")

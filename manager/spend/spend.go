@@ -1,0 +1,93 @@
+// Package spend is the gateway's cost control: a price per model, the
+// worst case a call may cost (reserved before the call, under the user's
+// lock, against daily and monthly limits) and what it did cost (settled
+// after). Amounts are micro-dollars (1e-6 USD); a price in USD per million
+// tokens is exactly micro-dollars per token.
+package spend
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/affido/affido/internal/openai"
+)
+
+// ErrLimit is returned by a ledger when a reservation would take the user
+// past a daily or monthly limit.
+var ErrLimit = errors.New("spend limit reached")
+
+// ErrAlreadyRaised is returned when today's limit was raised once already.
+var ErrAlreadyRaised = errors.New("today's limit was raised already")
+
+// Price is what a model costs, in USD per million tokens.
+type Price struct {
+	Input, Output float64
+}
+
+// Limits are a user's limits in micro-dollars.
+type Limits struct {
+	Daily, Monthly int64
+}
+
+// USD converts dollars to micro-dollars.
+func USD(d float64) int64 { return int64(math.Round(d * 1e6)) }
+
+// ParsePrices reads "model=input:output,..." (USD per million tokens).
+func ParsePrices(s string) (map[string]Price, error) {
+	out := map[string]Price{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		model, pair, ok := strings.Cut(item, "=")
+		in, outp, ok2 := strings.Cut(pair, ":")
+		if !ok || !ok2 || model == "" {
+			return nil, fmt.Errorf("price %q: want model=input:output in USD per million tokens", item)
+		}
+		pi, err1 := strconv.ParseFloat(in, 64)
+		po, err2 := strconv.ParseFloat(outp, 64)
+		if err1 != nil || err2 != nil || pi < 0 || po < 0 || math.IsInf(pi, 0) || math.IsInf(po, 0) {
+			return nil, fmt.Errorf("price %q: prices are non-negative numbers", item)
+		}
+		out[model] = Price{Input: pi, Output: po}
+	}
+	return out, nil
+}
+
+// Cost is what in input and out output tokens cost at p, rounded up.
+func Cost(p Price, in, out int64) int64 {
+	return int64(math.Ceil(float64(in)*p.Input + float64(out)*p.Output))
+}
+
+// DefaultMaxOutput is the output a call may produce when it names no
+// max_tokens: what its worst case is reserved for.
+const DefaultMaxOutput = 4096
+
+// Estimate bounds the tokens of req: its input (4 bytes a token, plus a
+// little per message, never less than the provider can count) and its
+// output (max_tokens, or DefaultMaxOutput).
+func Estimate(req openai.ChatRequest) (in, out int64) {
+	var bytes int64
+	for _, m := range req.Messages {
+		bytes += int64(len(m.Role)+len(m.Content)+len(m.ToolCallID)) + 16
+		for _, c := range m.ToolCalls {
+			bytes += int64(len(c.ID) + len(c.Function.Name) + len(c.Function.Arguments))
+		}
+	}
+	for _, t := range req.Tools {
+		bytes += int64(len(t.Function.Name) + len(t.Function.Description) + len(t.Function.Parameters))
+	}
+	in = (bytes + 3) / 4
+	out = DefaultMaxOutput
+	switch {
+	case req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0:
+		out = *req.MaxCompletionTokens
+	case req.MaxTokens != nil && *req.MaxTokens > 0:
+		out = *req.MaxTokens
+	}
+	return in, out
+}
