@@ -257,7 +257,7 @@ func TestAttackNotificationQueueIsCapped(t *testing.T) {
 // A request body that never finishes arriving is cut off at the agent's
 // body deadline (3 s in the test stack): the agent's handler ends, so the
 // sandbox is no longer busy, although the client still holds its connection
-// to Caddy (Caddy has no body deadline of its own: see caddy/Caddyfile).
+// to Caddy (whose own bound is 15 min: see caddy/Caddyfile).
 func TestAttackTrickledBodyIsCutOff(t *testing.T) {
 	user, tok := newUser(t, "atk-slow")
 	mustGet(t, user, tok, "/session")
