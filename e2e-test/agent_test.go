@@ -341,3 +341,31 @@ func TestAgentImageHasNoPowers(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox whose agent dies with work in flight is started again by the
+// manager itself, once, after a backoff, with the event recorded; nobody
+// has to send a request for the work to finish.
+func TestDiedWithWorkInFlightIsRestarted(t *testing.T) {
+	user, tok := newUser(t, "died")
+	run := prompt(t, user, tok, map[string]any{"text": "run: sleep 3; echo slept", "wait": false})
+	waitIntent(t, user, tok, run.RunID)
+	waitUntil(t, 20*time.Second, "the agent reported work due", func() bool {
+		return psql(t, "SELECT reported_wake_at IS NOT NULL AND reported_wake_at <= reported_at + interval '1 second' FROM sandboxes WHERE user_id = '"+user+"'") == "t"
+	})
+	docker(t, "kill", "-s", "KILL", stack+"-"+user+"-agent")
+	// No request from here until the manager has restarted it.
+	waitUntil(t, 60*time.Second, "the manager restarted the sandbox", func() bool {
+		return psql(t, "SELECT count(*) FROM audit_events WHERE user_id = '"+user+"' AND kind = 'sandbox.restarted'") == "1"
+	})
+	if s := containerStatus(user); s != "running" {
+		t.Fatalf("after the restart: %s", s)
+	}
+	es := waitRunDone(t, user, tok, run.RunID)
+	found := false
+	for _, e := range es {
+		found = found || (e.Kind == "tool_result" && strings.Contains(e.Text, "interrupted"))
+	}
+	if !found {
+		t.Fatalf("the interrupted shell call was not reported: %+v", es)
+	}
+}
