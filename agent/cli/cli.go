@@ -95,9 +95,9 @@ const (
 
 // runTools is the runner process: it serves the agent on fd 3.
 func runTools(cmd *cobra.Command) error {
-	conn, err := net.FileConn(os.NewFile(3, "agent"))
+	conn, err := runner.AgentConn()
 	if err != nil {
-		return fmt.Errorf("runner: the agent's socket on fd 3: %w", err)
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {

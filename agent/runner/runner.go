@@ -26,6 +26,13 @@ import (
 // agent cannot run tools any more and should restart.
 var ErrGone = errors.New("the tool runner is gone")
 
+// answerGrace is how long past a call's timeout the agent waits for the
+// runner's answer.
+const answerGrace = 30 * time.Second
+
+// MaxCommand is the longest command the runner takes.
+const MaxCommand = 64 << 10
+
 // request is one message from the agent.
 type request struct {
 	ID        uint64 `json:"id"`
@@ -65,6 +72,9 @@ func (c *Client) Run(ctx context.Context, command string, timeout time.Duration)
 	if c.gone {
 		return "", 0, ErrGone
 	}
+	if len(command) > MaxCommand {
+		return "", 0, fmt.Errorf("the command is %d bytes; at most %d", len(command), MaxCommand)
+	}
 	c.next++
 	id := c.next
 	if err := c.send(request{ID: id, Command: command, TimeoutMS: timeout.Milliseconds()}); err != nil {
@@ -86,9 +96,17 @@ func (c *Client) Run(ctx context.Context, command string, timeout time.Duration)
 			}
 		}
 	}()
+	// The runner answers within the call's timeout (it kills the command
+	// then); a runner that does not (stopped or killed by a command, which
+	// shares its uid) is gone, and the agent restarts rather than wait.
+	late := time.NewTimer(timeout + answerGrace)
+	defer late.Stop()
 	var cancelled error
 	for {
 		select {
+		case <-late.C:
+			c.gone = true
+			return "", 0, fmt.Errorf("%w: no answer %v after the call's timeout", ErrGone, answerGrace)
 		case r := <-got:
 			if cancelled != nil {
 				return r.Output, 130, cancelled
@@ -123,7 +141,7 @@ func (c *Client) send(r request) error {
 func readRequests(r io.Reader, out chan<- request) {
 	defer close(out)
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 64<<10), 8*MaxCommand) // JSON escaping grows a command at most 6 times
 	for sc.Scan() {
 		var req request
 		if json.Unmarshal(sc.Bytes(), &req) == nil {

@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("AFFIDO_RUNNER_TEST_ROLE") {
 	case "runner":
-		conn, err := net.FileConn(os.NewFile(3, "agent"))
+		conn, err := AgentConn()
 		if err != nil {
 			os.Exit(2)
 		}
@@ -100,6 +100,17 @@ func TestOutputAndExitCode(t *testing.T) {
 	}
 	if _, _, err := p.c.Run(context.Background(), "  ", time.Second); err == nil {
 		t.Fatal("an empty command was accepted")
+	}
+	// The agent's socket is not open in a command: it cannot answer for the runner.
+	if out, _ := p.run(t, `[ -e /proc/$$/fd/3 ] && echo leaked || echo clean`, 30*time.Second); out != "clean\n" {
+		t.Fatalf("fd 3 in a command: %q", out)
+	}
+	// An over-long command is refused before it reaches the runner, which goes on.
+	if _, _, err := p.c.Run(context.Background(), strings.Repeat("<", MaxCommand+1), time.Second); err == nil {
+		t.Fatal("an over-long command was accepted")
+	}
+	if out, _ := p.run(t, "echo still here", 30*time.Second); out != "still here\n" {
+		t.Fatalf("after an over-long command: %q", out)
 	}
 }
 

@@ -36,6 +36,23 @@ type Config struct {
 	Trampoline []string
 }
 
+// AgentConn is the runner's connection to the agent, which hands it over
+// as fd 3. fd 3 itself was inherited without close-on-exec; it is closed
+// here (the connection uses a close-on-exec duplicate), or every command
+// would inherit the agent's socket and could answer in the runner's name.
+func AgentConn() (net.Conn, error) {
+	f := os.NewFile(3, "agent")
+	conn, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("runner: the agent's socket on fd 3: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("runner: close fd 3: %w", err)
+	}
+	return conn, nil
+}
+
 // Serve is the runner process: it makes itself a child subreaper, then runs
 // the commands that arrive on conn one at a time until conn closes. It must
 // run in a process of its own (it reaps every child of the process).

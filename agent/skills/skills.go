@@ -69,6 +69,25 @@ func (in *Installer) writeRecord(name string, raw []byte) error {
 func (in *Installer) dir() string     { return filepath.Join(in.Workspace, "skills") }
 func (in *Installer) staging() string { return filepath.Join(in.Workspace, ".skills-staging") }
 
+// dirsOK refuses to work when skills/ or .skills-staging/ is anything but a
+// real directory (or absent): the tools can write the workspace, and a link
+// planted there would turn a removal or an install into one elsewhere.
+func (in *Installer) dirsOK() error {
+	for _, d := range []string{in.dir(), in.staging()} {
+		st, err := os.Lstat(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%w: %s is not a directory (a link?)", ErrIntegrity, filepath.Base(d))
+		}
+	}
+	return nil
+}
+
 // Installed is one installed skill and whether it still matches its digest.
 type Installed struct {
 	Name        string `json:"name"`
@@ -84,6 +103,9 @@ type Installed struct {
 func (in *Installer) Install(ctx context.Context, name, version string) (Installed, error) {
 	if !marketplace.ValidName(name) || (version != "" && !marketplace.ValidVersion(version)) {
 		return Installed{}, fmt.Errorf("%w: malformed name or version", marketplace.ErrInvalid)
+	}
+	if err := in.dirsOK(); err != nil {
+		return Installed{}, err
 	}
 	if version == "" {
 		b, err := in.Market.Fetch(ctx, "index.json", 1<<20)
@@ -267,6 +289,9 @@ func (in *Installer) Check(name string) (Installed, error) {
 	if !marketplace.ValidName(name) {
 		return Installed{}, ErrNotFound
 	}
+	if err := in.dirsOK(); err != nil {
+		return Installed{Name: name, Problem: err.Error()}, err
+	}
 	dir := filepath.Join(in.dir(), name)
 	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
 		return Installed{}, ErrNotFound
@@ -288,6 +313,9 @@ func (in *Installer) Check(name string) (Installed, error) {
 
 // List returns every installed skill, each checked again.
 func (in *Installer) List() ([]Installed, error) {
+	if err := in.dirsOK(); err != nil {
+		return nil, err
+	}
 	ents, err := os.ReadDir(in.dir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return []Installed{}, nil
@@ -315,8 +343,11 @@ func (in *Installer) Remove(name string) error {
 	if !marketplace.ValidName(name) {
 		return ErrNotFound
 	}
+	if err := in.dirsOK(); err != nil {
+		return err
+	}
 	dir := filepath.Join(in.dir(), name)
-	if _, err := os.Lstat(dir); err != nil {
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
 		return ErrNotFound
 	}
 	trash := filepath.Join(in.staging(), "rm-"+name+"-"+randomSuffix())

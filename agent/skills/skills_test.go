@@ -190,3 +190,35 @@ func TestSkillWithoutInstallRecordIsNotOK(t *testing.T) {
 		t.Fatalf("check: %+v %v", s, err)
 	}
 }
+
+// The tools can write the workspace: a skills/ or .skills-staging/ that is
+// a link elsewhere makes every skills operation refuse instead of following it.
+func TestLinkedSkillsDirectoriesAreRefused(t *testing.T) {
+	for _, which := range []string{"skills", ".skills-staging"} {
+		t.Run(which, func(t *testing.T) {
+			in, _ := setup(t)
+			if _, err := in.Install(context.Background(), "csv-summary", ""); err != nil {
+				t.Fatal(err)
+			}
+			elsewhere := t.TempDir()
+			os.WriteFile(filepath.Join(elsewhere, "precious"), []byte("x"), 0o644)
+			target := filepath.Join(in.Workspace, which)
+			os.RemoveAll(target)
+			if err := os.Symlink(elsewhere, target); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.List(); !errors.Is(err, ErrIntegrity) {
+				t.Errorf("List: %v", err)
+			}
+			if err := in.Remove("csv-summary"); !errors.Is(err, ErrIntegrity) {
+				t.Errorf("Remove: %v", err)
+			}
+			if _, err := in.Install(context.Background(), "markdown-toc", ""); !errors.Is(err, ErrIntegrity) {
+				t.Errorf("Install: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(elsewhere, "precious")); err != nil {
+				t.Fatalf("the link's target was touched: %v", err)
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unicode"
 )
 
 // ErrAmbiguousKey is wrapped when a JSON object names one key twice, or two
@@ -54,10 +55,10 @@ func checkKeys(raw []byte) error {
 					return err
 				}
 				k, _ := kt.(string)
-				if prev, ok := seen[strings.ToLower(k)]; ok {
+				if prev, ok := seen[foldKey(k)]; ok {
 					return fmt.Errorf("%w: %q and %q", ErrAmbiguousKey, prev, k)
 				}
-				seen[strings.ToLower(k)] = k
+				seen[foldKey(k)] = k
 				if err := walk(); err != nil {
 					return err
 				}
@@ -81,6 +82,19 @@ func checkKeys(raw []byte) error {
 // CodeSpendLimit is the error code of a call refused because the user's
 // spend limit would be passed (HTTP 402, type insufficient_quota).
 const CodeSpendLimit = "spend_limit"
+
+// foldKey maps k to one representative of every key encoding/json would
+// take for it: each rune to the smallest of its Unicode simple-fold orbit,
+// so "model", "MODEL" and "ſtream"/"stream" (U+017F folds to s) collide.
+func foldKey(k string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, k)
+}
 
 // ErrorEnvelope is the OpenAI error body: {"error":{"message","type","code"}}.
 type ErrorEnvelope struct {

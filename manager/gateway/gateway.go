@@ -114,7 +114,7 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, http.StatusBadRequest, "invalid_request_error", "model_not_found", fmt.Sprintf("model %q is not served here; GET /v1/gateway/models lists them", req.Model))
 		return
 	}
-	settle, ok := h.reserve(w, r, user, req)
+	settle, ok := h.reserve(w, r, user, &req)
 	if !ok {
 		return
 	}
@@ -133,8 +133,12 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 }
 
 // reserve charges req's worst case to user before the call, or answers the
-// refusal itself (ok false). settle records what the call did cost.
-func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, req openai.ChatRequest) (settle func(openai.ChatUsage), ok bool) {
+// refusal itself (ok false). A request that names no output bound gets the
+// one it was charged for, so the worst case holds upstream too. settle
+// records what the call did cost; a call that reported no usage (a stream
+// cut short, a provider that sends none) keeps its worst case, since the
+// provider may bill it anyway.
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, req *openai.ChatRequest) (settle func(openai.ChatUsage), ok bool) {
 	none := func(openai.ChatUsage) {}
 	if h.Ledger == nil {
 		return none, true
@@ -148,8 +152,12 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, r
 			fmt.Sprintf("model %q has no price here, so it cannot be used (the operator sets AFFIDO_MODEL_PRICES or marks it free)", req.Model))
 		return none, false
 	}
-	in, out := spend.Estimate(req)
-	id, err := h.Ledger.Reserve(r.Context(), user, req.Model, spend.Cost(price, in, out), h.Limits)
+	in, out := spend.Estimate(*req)
+	if req.MaxTokens == nil && req.MaxCompletionTokens == nil {
+		req.MaxTokens = &out
+	}
+	worst := spend.Cost(price, in, out)
+	id, err := h.Ledger.Reserve(r.Context(), user, req.Model, worst, h.Limits)
 	switch {
 	case errors.Is(err, spend.ErrLimit):
 		if h.OnLimit != nil {
@@ -166,7 +174,11 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, r
 	return func(u openai.ChatUsage) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := h.Ledger.Settle(ctx, id, spend.Cost(price, u.PromptTokens, u.CompletionTokens)); err != nil {
+		cost := worst
+		if u.PromptTokens+u.CompletionTokens > 0 {
+			cost = spend.Cost(price, u.PromptTokens, u.CompletionTokens)
+		}
+		if err := h.Ledger.Settle(ctx, id, cost); err != nil {
 			h.Log.Warn("gateway: spend not settled (the reservation stands)", "user", user, "id", id, "err", err)
 		}
 	}, true

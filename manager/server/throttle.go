@@ -3,6 +3,7 @@ package server
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -47,8 +48,11 @@ func (t *authThrottle) failed(addr string) {
 	defer t.mu.Unlock()
 	l := t.m[addr]
 	if l == nil {
-		if len(t.m) >= 10000 {
+		if len(t.m) >= maxTracked {
 			t.prune()
+		}
+		if len(t.m) >= maxTracked { // all still throttled: start over rather than grow
+			t.m = map[string]*rate.Limiter{}
 		}
 		l = rate.NewLimiter(rate.Every(t.every), t.burst)
 		t.m[addr] = l
@@ -65,16 +69,26 @@ func (t *authThrottle) prune() {
 	}
 }
 
-// sourceAddr is the client's address: Caddy puts it in X-Forwarded-For
-// (replacing whatever an untrusted client sent); without Caddy, the peer.
+// maxTracked bounds the addresses the throttle remembers.
+const maxTracked = 10000
+
+// sourceAddr is the client's address as the throttle counts it: Caddy puts
+// it in X-Forwarded-For (replacing whatever an untrusted client sent);
+// without Caddy, the peer. An IPv6 address counts as its /64, which one
+// client usually holds whole.
 func sourceAddr(r *http.Request) string {
-	if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
-		first, _, _ := strings.Cut(xff, ",")
-		return strings.TrimSpace(first)
+	s := r.Header.Get("X-Forwarded-For")
+	if s != "" {
+		s, _, _ = strings.Cut(s, ",")
+		s = strings.TrimSpace(s)
+	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		s = host
+	} else {
+		s = r.RemoteAddr
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+	if a, err := netip.ParseAddr(s); err == nil && a.Is6() && !a.Is4In6() {
+		p, _ := a.Prefix(64)
+		return p.String()
 	}
-	return host
+	return s
 }
