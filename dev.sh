@@ -163,7 +163,7 @@ cmd_build() {
 manager_id() { compose ps -q sandbox-manager; }
 
 # admin runs `affido admin ...` inside the manager container, where the admin
-# API listens on loopback.
+# API listens on a unix socket (never TCP).
 admin() {
   local id
   id=$(manager_id)
