@@ -1,0 +1,64 @@
+package lifecycle
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+func newTestManager() *Manager {
+	return New(nil, nil, nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+}
+
+// The wake lead of a tier is its slowest recent resume plus a margin, over
+// the last few resumes only; before any, a default per tier.
+func TestWakeLeadFollowsMeasuredResumes(t *testing.T) {
+	m := newTestManager()
+	m.mu.Lock()
+	if got := m.lead("stopped"); got != defaultLead["stopped"] {
+		t.Fatalf("unmeasured lead %v, want %v", got, defaultLead["stopped"])
+	}
+	m.mu.Unlock()
+	m.noteResume("stopped", 900*time.Millisecond) // an outlier, later pushed out
+	for i := 0; i < resumeSamples; i++ {
+		m.noteResume("stopped", time.Duration(200+i)*time.Millisecond)
+	}
+	m.noteResume("paused", 20*time.Millisecond)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if got, want := m.lead("stopped"), 207*time.Millisecond+50*time.Millisecond; got != want {
+		t.Fatalf("stopped lead %v, want %v (the slowest of the last %d plus 50 ms)", got, want, resumeSamples)
+	}
+	if got := m.lead("paused"); got != 70*time.Millisecond {
+		t.Fatalf("paused lead %v", got)
+	}
+}
+
+// The scan must run when the earliest sleeping sandbox's wake, less its
+// tier's lead, comes; running sandboxes and ones without a wake time do
+// not count.
+func TestNextWakeIsTheEarliestLeadAdjustedDeadline(t *testing.T) {
+	m := newTestManager()
+	now := time.Now()
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	m.noteResume("removed", 400*time.Millisecond)
+	m.mu.Lock()
+	m.boxes = map[string]*box{
+		"a": {user: "a", state: "paused", wakeAt: at(10 * time.Second)},
+		"b": {user: "b", state: "removed", wakeAt: at(10*time.Second + 300*time.Millisecond)},
+		"c": {user: "c", state: "running", wakeAt: at(time.Second)},
+		"d": {user: "d", state: "stopped"},
+	}
+	m.mu.Unlock()
+	want := now.Add(10*time.Second + 300*time.Millisecond - 450*time.Millisecond) // b, led by 400+50 ms
+	if got := m.nextWake(); !got.Equal(want) {
+		t.Fatalf("next wake %v, want %v", got.Sub(now), want.Sub(now))
+	}
+	m.mu.Lock()
+	m.boxes = map[string]*box{"d": {user: "d", state: "stopped"}}
+	m.mu.Unlock()
+	if got := m.nextWake(); !got.IsZero() {
+		t.Fatalf("no wake stored, next %v", got)
+	}
+}
