@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/affido/affido/manager/registry"
@@ -34,12 +35,23 @@ type Deliverer struct {
 	Backoff func(try int) time.Duration
 
 	kick chan struct{}
+
+	// Deliveries run in parallel (at most Workers), so one user's slow
+	// endpoint does not hold up anyone else's; a notification being
+	// delivered is not picked up again meanwhile.
+	mu       sync.Mutex
+	inflight map[int64]bool
+	sem      chan struct{}
 }
+
+// Workers is how many notifications are delivered at once.
+const Workers = 8
 
 // New returns a deliverer that sends with client, which must be the
 // guarded outbound client (manager/outbound): the URLs are the users'.
 func New(store Store, log *slog.Logger, client *http.Client) *Deliverer {
-	return &Deliverer{Store: store, Log: log, Client: client, kick: make(chan struct{}, 1)}
+	return &Deliverer{Store: store, Log: log, Client: client, kick: make(chan struct{}, 1),
+		inflight: map[int64]bool{}, sem: make(chan struct{}, Workers)}
 }
 
 // Kick makes the deliverer look for due notifications now.
@@ -69,9 +81,37 @@ func (d *Deliverer) Run(ctx context.Context) {
 			continue
 		}
 		for _, n := range ns {
-			d.deliver(ctx, n)
+			if !d.claim(n.ID) {
+				continue
+			}
+			select {
+			case d.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				defer func() { <-d.sem; d.release(n.ID) }()
+				d.deliver(ctx, n)
+			}()
 		}
 	}
+}
+
+// claim marks id as being delivered; false if it already is.
+func (d *Deliverer) claim(id int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inflight[id] {
+		return false
+	}
+	d.inflight[id] = true
+	return true
+}
+
+func (d *Deliverer) release(id int64) {
+	d.mu.Lock()
+	delete(d.inflight, id)
+	d.mu.Unlock()
 }
 
 func (d *Deliverer) backoff(try int) time.Duration {

@@ -154,3 +154,57 @@ func TestRedirectInwardIsRefused(t *testing.T) {
 		t.Fatalf("tries %+v, want %d ending failed", st.tries, MaxTries)
 	}
 }
+
+// One user's endpoint that hangs does not hold up another user's
+// notification: deliveries run in parallel, and the hanging one is not
+// picked up a second time while it is in flight.
+func TestSlowEndpointDoesNotDelayOthers(t *testing.T) {
+	release := make(chan struct{})
+	var slowHits atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slowHits.Add(1)
+		<-release
+	}))
+	defer slow.Close()
+	defer close(release)
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer fast.Close()
+	st := &fakeStore{due: []registry.Notification{
+		{ID: 1, UserID: "slow", Key: "k1", Text: "x", URL: slow.URL},
+		{ID: 2, UserID: "fast", Key: "k2", Text: "y", URL: fast.URL},
+	}}
+	d := deliverer(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.Run(ctx)
+	d.Kick()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st.mu.Lock()
+		var got []try
+		got = append(got, st.tries...)
+		st.mu.Unlock()
+		if len(got) == 1 && got[0].id == 2 && got[0].status == "delivered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fast user's notification waited behind the slow one: tries %+v", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A notification in flight is not claimed a second time until released.
+	if d.claim(1) {
+		t.Fatal("the hanging notification was claimed again while in flight")
+	}
+}
+
+func TestClaimIsExclusiveUntilReleased(t *testing.T) {
+	d := deliverer(&fakeStore{})
+	if !d.claim(7) || d.claim(7) {
+		t.Fatal("a second claim of the same notification succeeded")
+	}
+	d.release(7)
+	if !d.claim(7) {
+		t.Fatal("a released notification could not be claimed again")
+	}
+}
