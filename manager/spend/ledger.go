@@ -24,12 +24,11 @@ type Ledger interface {
 // Memory is a Ledger in memory, for tests and development without
 // Postgres. The registry's is the one the manager uses.
 type Memory struct {
-	mu      sync.Mutex
-	rows    []memRow
-	Limits  map[string]Limits // per-user limits; absent: the defaults
-	Raised  map[string]bool   // users who allowed another day today
-	Now     func() time.Time
-	reserve int64
+	mu     sync.Mutex
+	rows   []memRow
+	Limits map[string]Limits // per-user limits; absent: the defaults
+	Raised map[string]bool   // users who allowed another day today
+	Now    func() time.Time
 }
 
 type memRow struct {
