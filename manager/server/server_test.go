@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/spend"
 )
 
 type fakeAuth struct {
@@ -233,5 +235,59 @@ func TestNotificationQueueFullIs429(t *testing.T) {
 	s.Handler().ServeHTTP(w, req)
 	if w.Code != 429 || w.Header().Get("Retry-After") == "" {
 		t.Fatalf("full queue: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
+
+type fakeSpendOwner struct{ raised map[string]bool }
+
+func (f *fakeSpendOwner) Spend(_ context.Context, user string, def spend.Limits) (registry.SpendReport, error) {
+	return registry.SpendReport{Today: map[string]int64{"fake/echo": 7}, Month: map[string]int64{"fake/echo": 7},
+		Daily: def.Daily, Monthly: def.Monthly, Raised: f.raised[user]}, nil
+}
+
+func (f *fakeSpendOwner) AllowAnotherDay(_ context.Context, user string) error {
+	if f.raised[user] {
+		return spend.ErrAlreadyRaised
+	}
+	f.raised[user] = true
+	return nil
+}
+
+// The owner's spend routes: authenticated like /u/<id>/…, cookie writes
+// only same-origin JSON, another day once.
+func TestSpendRoutes(t *testing.T) {
+	s := &Server{Auth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-bob": "bob"}},
+		Provider: gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), SpendOwner: &fakeSpendOwner{raised: map[string]bool{}},
+		SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	h := s.Handler()
+	do := func(method, path string, hdr map[string]string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, nil)
+		req.Host = "127.0.0.1:18080"
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	if w := do("GET", "/api/spend", nil); w.Code != 401 {
+		t.Fatalf("no credentials: %d", w.Code)
+	}
+	if w := do("GET", "/api/spend", map[string]string{"Authorization": "Bearer t-bob"}); w.Code != 200 || !strings.Contains(w.Body.String(), `"fake/echo":7`) {
+		t.Fatalf("bearer GET: %d %s", w.Code, w.Body)
+	}
+	cookie := "better-auth.session_token=s-alice"
+	if w := do("POST", "/api/spend/another-day", map[string]string{"Cookie": cookie, "Origin": "https://evil.example", "Content-Type": "application/json"}); w.Code != 403 {
+		t.Fatalf("cross-site cookie POST: %d", w.Code)
+	}
+	if w := do("POST", "/api/spend/another-day", map[string]string{"Cookie": cookie, "Content-Type": "text/plain"}); w.Code != 403 {
+		t.Fatalf("cookie POST without JSON: %d", w.Code)
+	}
+	ok := map[string]string{"Cookie": cookie, "Origin": "http://127.0.0.1:18080", "Content-Type": "application/json"}
+	if w := do("POST", "/api/spend/another-day", ok); w.Code != 200 {
+		t.Fatalf("same-origin cookie POST: %d %s", w.Code, w.Body)
+	}
+	if w := do("POST", "/api/spend/another-day", ok); w.Code != 409 {
+		t.Fatalf("another day twice: %d", w.Code)
 	}
 }
