@@ -16,11 +16,6 @@ import (
 	"time"
 )
 
-func psql(t *testing.T, query string) string {
-	t.Helper()
-	return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc", query))
-}
-
 func shellReply(t *testing.T, user, tok, command string) string {
 	t.Helper()
 	return prompt(t, user, tok, map[string]any{"text": "run: " + command}).Reply
@@ -301,18 +296,4 @@ func TestGatewayFromInsideTheSandbox(t *testing.T) {
 	if !strings.HasPrefix(out, "400") || !strings.Contains(out, "invalid_request_error") {
 		t.Errorf("case-variant model key: %s", out)
 	}
-}
-
-// sandboxGateway returns user's sandbox token (read from the container's
-// configuration, as only the test can) and the gateway's base URL as the
-// sandbox sees it.
-func sandboxGateway(t *testing.T, user string) (token, base string) {
-	t.Helper()
-	name := stack + "-" + user + "-agent"
-	for _, e := range strings.Split(docker(t, "inspect", "-f", `{{join .Config.Env "\n"}}`, name), "\n") {
-		if v, ok := strings.CutPrefix(e, "AFFIDO_GATEWAY_TOKEN="); ok {
-			token = v
-		}
-	}
-	return token, "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
 }

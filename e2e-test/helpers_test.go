@@ -290,3 +290,23 @@ func tailMatching(s, sub string, n int) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// psql runs one query in the stack's Postgres and returns its unaligned output.
+func psql(t *testing.T, query string) string {
+	t.Helper()
+	return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc", query))
+}
+
+// sandboxGateway returns user's sandbox token (read from the container's
+// configuration, as only the test can) and the gateway's base URL as the
+// sandbox sees it.
+func sandboxGateway(t *testing.T, user string) (token, base string) {
+	t.Helper()
+	name := stack + "-" + user + "-agent"
+	for _, e := range strings.Split(docker(t, "inspect", "-f", `{{join .Config.Env "\n"}}`, name), "\n") {
+		if v, ok := strings.CutPrefix(e, "AFFIDO_GATEWAY_TOKEN="); ok {
+			token = v
+		}
+	}
+	return token, "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
+}

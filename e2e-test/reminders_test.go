@@ -126,8 +126,7 @@ func waitNotificationsSettled(t *testing.T, user, want string) {
 	t.Helper()
 	var got string
 	waitUntil(t, 60*time.Second, "notifications of "+user+" settled as "+want, func() bool {
-		got = strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc",
-			"SELECT status || ' ' || tries FROM notifications WHERE user_id = '"+user+"' ORDER BY id"))
+		got = psql(t, "SELECT status || ' ' || tries FROM notifications WHERE user_id = '"+user+"' ORDER BY id")
 		return got == want
 	})
 }

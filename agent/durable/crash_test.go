@@ -25,6 +25,7 @@ import (
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
 	"github.com/affido/affido/agent/durable/storetest"
+	"golang.org/x/sys/unix"
 )
 
 // Child side. Env: CRASH_DIR (db, markers, runs log), CRASH_INPUTS (comma
@@ -79,6 +80,14 @@ func mark(dir, what string) {
 	}
 }
 
+// awaitKill holds the calling goroutine until the parent's SIGKILL ends
+// the process (pause(2) returns on every signal the runtime takes itself).
+func awaitKill() {
+	for {
+		_ = unix.Pause()
+	}
+}
+
 // stallDB stalls in its Nth transaction so the parent can kill the process
 // there: inside it, after the writes and before the commit (after=false),
 // or right after it committed (after=true), which is between two commits
@@ -100,13 +109,13 @@ func (s *stallDB) Transaction(ctx context.Context, fn func(tx durable.Executor) 
 		nth = s.count.Add(1) == s.n
 		if nth && !s.after {
 			mark(s.dir, "in-commit")
-			time.Sleep(10 * time.Second)
+			awaitKill()
 		}
 		return nil
 	})
 	if nth && s.after && err == nil {
 		mark(s.dir, "after-commit")
-		time.Sleep(10 * time.Second)
+		awaitKill()
 	}
 	return err
 }
@@ -232,6 +241,7 @@ func TestCrashChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	deadline := time.Now().Add(60 * time.Second)
 	for { // background alarms too: until nothing is live
 		live, err := store.LiveTasks(ctx)
 		if err != nil {
@@ -239,6 +249,9 @@ func TestCrashChild(t *testing.T) {
 		}
 		if len(live) == 0 {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tasks still live after 60 s", len(live))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -277,27 +290,51 @@ func countMarker(dir, m string) int {
 	return n
 }
 
-// killAt starts the child and SIGKILLs it when marker appears (after its
-// count so far) plus delay.
-func killAt(t *testing.T, c child, marker string, delay time.Duration, extra ...string) {
+// startUntil starts the child and returns once marker has appeared once
+// more than before, looking every poll. finished is true when the child
+// ended first. Past a deadline the child is killed and the test fails.
+func startUntil(t *testing.T, c child, marker string, poll time.Duration, extra ...string) (cmd *exec.Cmd, done chan struct{}, finished bool) {
 	t.Helper()
 	before := countMarker(c.dir, marker)
-	cmd := c.cmd(extra...)
+	cmd = c.cmd(extra...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	done = make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
 	for countMarker(c.dir, marker) == before {
+		select {
+		case <-done:
+			return cmd, done, true
+		default:
+		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
-			cmd.Wait()
+			<-done
 			t.Fatalf("marker %q never appeared; markers: %v", marker, markers(c.dir))
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(poll)
 	}
-	time.Sleep(delay)
+	return cmd, done, false
+}
+
+// kill SIGKILLs a started child and waits for it.
+func kill(cmd *exec.Cmd, done chan struct{}) {
 	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	<-done
+}
+
+// killAt starts the child and SIGKILLs it delay after marker appears (after
+// its count so far).
+func killAt(t *testing.T, c child, marker string, delay time.Duration, extra ...string) {
+	t.Helper()
+	cmd, done, finished := startUntil(t, c, marker, 2*time.Millisecond, extra...)
+	if finished {
+		t.Fatalf("the child ended before marker %q; markers: %v", marker, markers(c.dir))
+	}
+	time.Sleep(delay) // the kill point under test, not a wait for anything
+	kill(cmd, done)
 }
 
 // killAfterSubmitted starts the child and SIGKILLs it d after it has
@@ -305,33 +342,15 @@ func killAt(t *testing.T, c child, marker string, delay time.Duration, extra ...
 // finished.
 func killAfterSubmitted(t *testing.T, c child, d time.Duration) bool {
 	t.Helper()
-	before := countMarker(c.dir, "submitted")
-	cmd := c.cmd()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	deadline := time.Now().Add(20 * time.Second)
-	for countMarker(c.dir, "submitted") == before {
-		select {
-		case <-done:
-			return false
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-done
-			t.Fatalf("the child never submitted; markers: %v", markers(c.dir))
-		}
-		time.Sleep(time.Millisecond)
+	cmd, done, finished := startUntil(t, c, "submitted", time.Millisecond)
+	if finished {
+		return false
 	}
 	select {
 	case <-done:
 		return false
 	case <-time.After(d):
-		cmd.Process.Signal(syscall.SIGKILL)
-		<-done
+		kill(cmd, done)
 		return true
 	}
 }
@@ -342,11 +361,6 @@ func killAfterSubmitted(t *testing.T, c child, d time.Duration) bool {
 // write was complete (the WAL had grown by less than the result's size).
 func killWhileWritingBigCommit(t *testing.T, c child) bool {
 	t.Helper()
-	before := countMarker(c.dir, "big-result")
-	cmd := c.cmd()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	wal := filepath.Join(c.dir, "session.db-wal")
 	size := func() int64 {
 		st, err := os.Stat(wal)
@@ -355,21 +369,16 @@ func killWhileWritingBigCommit(t *testing.T, c child) bool {
 		}
 		return st.Size()
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for countMarker(c.dir, "big-result") == before {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("the big tool never ran; markers: %v", markers(c.dir))
-		}
-		time.Sleep(100 * time.Microsecond)
+	cmd, done, finished := startUntil(t, c, "big-result", 100*time.Microsecond)
+	if finished {
+		t.Fatalf("the child ended before the big tool ran; markers: %v", markers(c.dir))
 	}
 	base := size()
+	deadline := time.Now().Add(30 * time.Second)
 	var at int64
 	for at = size(); at < base+1<<20 && time.Now().Before(deadline); at = size() {
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	cmd.Wait()
+	kill(cmd, done)
 	return at < base+int64(len(bigOutput))
 }
 

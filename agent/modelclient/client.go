@@ -223,29 +223,20 @@ func (c *Client) ReportWake(ctx context.Context, at time.Time) error {
 	if !at.IsZero() {
 		v = &at
 	}
-	b, _ := json.Marshal(map[string]any{"at": v})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/wake-at", bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("report wake: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("report wake: %s", resp.Status)
-	}
-	return nil
+	return c.post(ctx, "/wake-at", "report wake", map[string]any{"at": v})
 }
 
 // Notify hands a notification to the manager through the gateway. key makes
 // repeated hand-offs of the same notification one delivery.
 func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) error {
-	b, _ := json.Marshal(map[string]any{"key": key, "text": text, "due_at": due})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/notify", bytes.NewReader(b))
+	return c.post(ctx, "/notify", "notify", map[string]any{"key": key, "text": text, "due_at": due})
+}
+
+// post sends body as JSON to a gateway path with the sandbox token; op
+// names the call in errors.
+func (c *Client) post(ctx context.Context, path, op string, body any) error {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
@@ -253,12 +244,12 @@ func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) er
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("notify: %w", err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("notify: %s: %s", resp.Status, msg)
+		return fmt.Errorf("%s: %s: %s", op, resp.Status, msg)
 	}
 	return nil
 }

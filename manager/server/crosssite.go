@@ -26,18 +26,9 @@ var crossOrigin = http.NewCrossOriginProtection()
 // from this origin and, unless it uploads bytes (PUT /uploads/…, POST
 // /ingest), say Content-Type: application/json, which no HTML form can send.
 // Bearer-token requests never reach this check: no other site can make a
-// browser attach that header.
-func checkCookieWrite(r *http.Request, agentPath string) error {
-	method := r.Header.Get("X-Forwarded-Method")
-	if method == "" {
-		method = http.MethodGet
-	}
-	return checkCookieMethod(r, method, agentPath)
-}
-
-// checkCookieMethod is checkCookieWrite for a request with method, as
-// the manager's own routes (/api) receive them from Caddy unchanged.
-func checkCookieMethod(r *http.Request, method, agentPath string) error {
+// browser attach that header. method is the client's: X-Forwarded-Method on
+// /v1/resolve (forwardedMethod), the request's own on the manager's routes.
+func checkCookieWrite(r *http.Request, method, agentPath string) error {
 	switch method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return nil
@@ -60,4 +51,13 @@ func checkCookieMethod(r *http.Request, method, agentPath string) error {
 		return fmt.Errorf("%w: a %s authenticated by the session cookie must send Content-Type: application/json", ErrCrossSite, method)
 	}
 	return nil
+}
+
+// forwardedMethod is the method of the request Caddy's forward_auth asks
+// about (it sends every check as a GET).
+func forwardedMethod(r *http.Request) string {
+	if m := r.Header.Get("X-Forwarded-Method"); m != "" {
+		return m
+	}
+	return http.MethodGet
 }

@@ -195,43 +195,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 		return
 	}
-	timeout := s.AuthTimeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	src := sourceAddr(r)
-	if wait, blocked := s.authThrottle().blocked(src); blocked {
-		result = "throttled"
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
-			"too many failed authentications from this address; try again later")
+	var ok bool
+	if _, result, ok = s.authorize(w, r, user, forwardedMethod(r), r.URL.Query().Get("path")); !ok {
 		return
-	}
-	actx, cancel := context.WithTimeout(r.Context(), timeout)
-	owner, err := s.authenticate(actx, r)
-	cancel()
-	switch {
-	case errors.Is(err, registry.ErrUnauthenticated):
-		s.authThrottle().failed(src)
-		result = "unauthenticated"
-		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
-		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
-		return
-	case err != nil:
-		result = "unavailable"
-		s.Log.Error("resolve: authenticate", "user", user, "err", err)
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable; try again shortly")
-		return
-	case owner != user:
-		result = "forbidden"
-		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
-		return
-	}
-	if session, bearer := credentials(r); bearer == "" && session != "" {
-		if err := checkCookieWrite(r, r.URL.Query().Get("path")); err != nil {
-			result = "cross_site"
-			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
-			return
-		}
 	}
 	ep, err := s.Resolver.Resolve(r.Context(), user, lifecycle.Activating(r.URL.Query().Get("path")))
 	switch {
@@ -247,6 +213,48 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(EndpointHeader, ep.String())
 	w.WriteHeader(http.StatusOK)
+}
+
+// authorize authenticates r (the session cookie or an API token), for
+// user's resources or, with user "", anyone's. It applies the failed-auth
+// throttle and, to a write (method) authenticated by the cookie, the
+// cross-site rule; it answers every refusal itself. result names the
+// outcome for the resolve metric ("ok" when ok).
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, ok bool) {
+	src := sourceAddr(r)
+	if wait, blocked := s.authThrottle().blocked(src); blocked {
+		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
+			"too many failed authentications from this address; try again later")
+		return "", "throttled", false
+	}
+	timeout := s.AuthTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	actx, cancel := context.WithTimeout(r.Context(), timeout)
+	owner, err := s.authenticate(actx, r)
+	cancel()
+	switch {
+	case errors.Is(err, registry.ErrUnauthenticated):
+		s.authThrottle().failed(src)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
+		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
+		return "", "unauthenticated", false
+	case err != nil:
+		s.Log.Error("authenticate", "user", user, "path", r.URL.Path, "err", err)
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable; try again shortly")
+		return "", "unavailable", false
+	case user != "" && owner != user:
+		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
+		return "", "forbidden", false
+	}
+	if session, bearer := credentials(r); bearer == "" && session != "" {
+		if err := checkCookieWrite(r, method, path); err != nil {
+			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
+			return "", "cross_site", false
+		}
+	}
+	return owner, "ok", true
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -9,50 +9,18 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/problem"
-	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
 )
 
-// owner authenticates a request to the manager's own routes (/api): the
-// session cookie or an API token, as for /u/<id>/…, with the same throttle
-// and, for cookie writes, the same cross-site rule. It answers the refusal
-// itself when ok is false.
-func (s *Server) owner(w http.ResponseWriter, r *http.Request) (user string, ok bool) {
-	src := sourceAddr(r)
-	if wait, blocked := s.authThrottle().blocked(src); blocked {
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
-			"too many failed authentications from this address; try again later")
-		return "", false
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	user, err := s.authenticate(ctx, r)
-	switch {
-	case errors.Is(err, registry.ErrUnauthenticated):
-		s.authThrottle().failed(src)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
-		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
-		return "", false
-	case err != nil:
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable; try again shortly")
-		return "", false
-	}
-	if session, bearer := credentials(r); bearer == "" && session != "" {
-		if err := checkCookieMethod(r, r.Method, r.URL.Path); err != nil {
-			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
-			return "", false
-		}
-	}
-	return user, true
-}
-
-// spendOwner is owner for the spend routes, which need the ledger.
+// spendOwner authenticates the owner of a spend route (the manager's own
+// routes get the method as the client sent it), which needs the ledger.
 func (s *Server) spendOwner(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if s.SpendOwner == nil {
 		problem.Write(w, http.StatusNotFound, "not-found", "spend is not tracked here")
 		return "", false
 	}
-	return s.owner(w, r)
+	user, _, ok := s.authorize(w, r, "", r.Method, r.URL.Path)
+	return user, ok
 }
 
 // spendReport answers GET /api/spend: today's and this month's spend by
