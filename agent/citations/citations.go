@@ -37,6 +37,7 @@ func Tool(c *corpus.Corpus) durable.Tool {
 		Description: "Search the owner's documents. Each hit has a citation id like c12; cite it as [cite:c12] at the end of a line. Never write quotes, line numbers or document names yourself.",
 		Parameters:  json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}`),
 		Safe:        true,
+		ReadOnly:    true,
 		Execute: func(ctx context.Context, call durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 			var a struct{ Query string }
 			if err := json.Unmarshal(args, &a); err != nil {

@@ -26,6 +26,8 @@ type genCheckpoint struct {
 	Next       int        `json:"next,omitempty"`      // index of the next call
 	Executing  bool       `json:"executing,omitempty"` // intent of Calls[Next] is committed
 	Rejections []string   `json:"rejections,omitempty"`
+	Waiting    int64      `json:"waiting,omitempty"` // the approval Calls[Next] waits on
+	Decided    *decided   `json:"decided,omitempty"` // the owner's decision on Calls[Next]
 }
 
 // GateInput is a model reply for the Gate to check.
@@ -221,6 +223,13 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 	tool, known := h.tools[call.Name]
 	replay := cp.Executing
 	if !cp.Executing {
+		if res, err := h.authorize(ctx, t, cp, call); err != nil || res != nil {
+			if err != nil {
+				return StepResult{}, err
+			}
+			return *res, nil
+		}
+		cp.Decided = nil // used once: the intent below consumes it
 		id, err := h.store.MintID()
 		if err != nil {
 			return StepResult{}, err
@@ -255,6 +264,19 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 	}
 	result := Entry{ID: id, ConversationID: t.ConversationID, Kind: ToolResultEntry, Text: out, At: h.Now(), RunID: t.ID,
 		ToolCallID: call.ID, ToolName: call.Name, IsError: res.IsError, Data: res.Data}
+	written := []Entry{result}
+	if res.Outside != nil {
+		oid, err := h.store.MintID()
+		if err != nil {
+			return StepResult{}, err
+		}
+		text := res.Outside.Text
+		if h.opts.Redact != nil {
+			text = h.opts.Redact(text)
+		}
+		written = append(written, Entry{ID: oid, ConversationID: t.ConversationID, Kind: OutsideText, Text: text, At: h.Now(), RunID: t.ID,
+			ToolCallID: call.ID, ToolName: call.Name, Data: res.Outside.Data})
+	}
 	var newTasks []Task
 	for _, nt := range res.Tasks {
 		if nt.ID, err = h.store.MintID(); err != nil {
@@ -276,7 +298,7 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 		cp = genCheckpoint{Phase: phaseRequest, Turn: cp.Turn}
 	}
 	t.Checkpoint = mustRaw(cp)
-	return StepResult{Task: t, Entries: []Entry{result}, NewTasks: newTasks,
+	return StepResult{Task: t, Entries: written, NewTasks: newTasks,
 		Usage: []UsageDelta{{ConversationID: t.ConversationID, Kind: "tool", Name: call.Name, Calls: 1}}}, nil
 }
 
@@ -350,5 +372,17 @@ func (summary) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, e
 		return StepResult{}, err
 	}
 	entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: SummaryEntry, Text: resp.Text, At: h.Now(), RunID: t.ID, Head: c.Entries[cut].ID}
+	// A summary written while reading outside text may carry it on, so it
+	// counts as outside text itself (see outsideInContext).
+	tainted := false
+	if head, err := h.store.LatestHead(ctx, t.ConversationID); err == nil && head.Kind == SummaryEntry && summaryHasOutside(head) {
+		tainted = true
+	}
+	for _, e := range c.Entries[:cut] {
+		tainted = tainted || e.Kind == OutsideText
+	}
+	if tainted {
+		entry.Data = mustRaw(map[string]bool{"outside_text": true})
+	}
 	return StepResult{Task: t.end(h.Now(), Completed, ""), Entries: []Entry{entry}, Usage: modelUsage(t.ConversationID, resp)}, nil
 }

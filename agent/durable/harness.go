@@ -91,8 +91,13 @@ type Options struct {
 	// Gate, if set, checks every model reply before it is stored; a
 	// non-empty reason rejects it (nothing is written) and the model is told why.
 	Gate func(ctx context.Context, g GateInput) (reason string, extra []Entry, err error)
-	Now  func() time.Time
-	Log  *slog.Logger
+	// Policy, if set, judges every tool call before it runs (nil: all run).
+	Policy Policy
+	// OnApproval returns tasks to commit with a new approval (the owner's
+	// notification); IDs are assigned by the harness.
+	OnApproval func(a Approval) []Task
+	Now        func() time.Time
+	Log        *slog.Logger
 }
 
 // Harness runs tasks over a Store. It is the only writer of its store.
@@ -105,6 +110,8 @@ type Harness struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	decideMu sync.Mutex // one owner decision at a time
 
 	mu       sync.Mutex
 	resumed  bool
@@ -579,6 +586,16 @@ func (h *Harness) notify() {
 
 // WaitSubmission blocks until the submission is done or unanswered, or ctx ends.
 func (h *Harness) WaitSubmission(ctx context.Context, id int64) (Submission, error) {
+	return h.waitSubmission(ctx, id, false)
+}
+
+// WaitSettled is WaitSubmission that also returns when the submission's run
+// waits for the owner (an approval): nothing more happens until they decide.
+func (h *Harness) WaitSettled(ctx context.Context, id int64) (Submission, error) {
+	return h.waitSubmission(ctx, id, true)
+}
+
+func (h *Harness) waitSubmission(ctx context.Context, id int64, orWaiting bool) (Submission, error) {
 	for {
 		c := h.watch()
 		sub, err := h.store.Submission(ctx, id)
@@ -587,6 +604,11 @@ func (h *Harness) WaitSubmission(ctx context.Context, id int64) (Submission, err
 		}
 		if sub.Status == Done || sub.Status == Unanswered {
 			return sub, nil
+		}
+		if orWaiting {
+			if t, err := h.store.Task(ctx, sub.TaskID); err == nil && t.State == Waiting {
+				return sub, nil
+			}
 		}
 		select {
 		case <-ctx.Done():

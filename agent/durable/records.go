@@ -22,7 +22,7 @@ type EntryKind string
 // Entry kinds. Entries are append-only; nothing rewrites one.
 const (
 	OwnerMessage     EntryKind = "owner_message"     // what the owner typed
-	OutsideText      EntryKind = "outside_text"      // text from elsewhere (a reminder, a document), never an instruction
+	OutsideText      EntryKind = "outside_text"      // text from elsewhere (a fetched page, search results), never an instruction
 	AssistantMessage EntryKind = "assistant_message" // a model reply, with its tool calls
 	ToolCallEntry    EntryKind = "tool_call"         // a tool's intent, committed before it runs
 	ToolResultEntry  EntryKind = "tool_result"       // a tool's result, verbatim after redaction
@@ -32,7 +32,9 @@ const (
 	ReminderEntry    EntryKind = "reminder"          // a reminder that fired
 	HintEntry        EntryKind = "hint"              // a server-built note for the model (a /skill invocation)
 	CitationEntry    EntryKind = "citation"          // room for the citations gate
-	ApprovalEntry    EntryKind = "approval"          // room for approvals
+	ApprovalEntry    EntryKind = "approval"          // a tool call waiting for the owner (Data: the Approval)
+	DecisionEntry    EntryKind = "approval_decision" // the owner's decision on an approval (Data: the Decision)
+	PolicyEntry      EntryKind = "policy"            // a change of the owner's rules, for the trace
 )
 
 // ToolCall is one call the model asked for.
@@ -165,4 +167,5 @@ type Writes struct {
 	Tasks         []Task         // upserted by ID
 	Submissions   []Submission   // upserted by ID
 	Usage         []UsageDelta
+	Settings      map[string]string // host settings, upserted (rules, for example)
 }

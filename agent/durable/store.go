@@ -265,6 +265,11 @@ func (s *Store) Commit(ctx context.Context, w Writes) error {
 				return err
 			}
 		}
+		for k, v := range w.Settings {
+			if err := tx.Run(ctx, `INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, k, v); err != nil {
+				return err
+			}
+		}
 		next := max(meta["next_id"].(int64), maxID+1)
 		return tx.Run(ctx, `UPDATE durable_meta SET next_id = ?, next_seq = ? WHERE singleton = 1`, next, seq+1)
 	})

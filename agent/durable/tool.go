@@ -14,8 +14,12 @@ type Tool struct {
 	Parameters  json.RawMessage // JSON schema of the arguments
 	// Safe tools may run again after a crash interrupted them; any other
 	// tool is reported to the model as interrupted instead. Default: not safe.
-	Safe    bool
-	Execute func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
+	Safe bool
+	// ReadOnly tools change nothing and reach nothing outside the agent
+	// (reading the workspace, searching the corpus): a policy may let them
+	// run while outside text is in the context.
+	ReadOnly bool
+	Execute  func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
 }
 
 // ToolCallContext tells a tool where it runs.
@@ -39,6 +43,18 @@ type ToolResult struct {
 	Tasks []Task
 	// Updates replace existing tasks in the same commit (cancelling a reminder).
 	Updates []Task
+	// Outside is text the tool brought in from elsewhere (a fetched page,
+	// search results). It is stored as its own OutsideText entry, with its
+	// provenance, and reaches the model marked as outside text.
+	Outside *Outside
+}
+
+// Outside is text from a source that is not the owner.
+type Outside struct {
+	Text string
+	// Data is the provenance, a JSON object whose "source" names where the
+	// text came from (a URL, a search engine) for the marker the model sees.
+	Data json.RawMessage
 }
 
 // runTool executes a tool, turning errors and panics into error results the

@@ -159,6 +159,7 @@ func Tools() []durable.Tool {
 			Description: "List the reminders that have not fired yet.",
 			Parameters:  schema(""),
 			Safe:        true,
+			ReadOnly:    true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
 				live, err := c.Store.LiveTasks(ctx)
 				if err != nil {

@@ -71,6 +71,7 @@ func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 			Description: "List the files in a workspace directory (default: the workspace root).",
 			Parameters:  schema(`"path":{"type":"string","description":"directory, relative to the workspace"}`),
 			Safe:        true,
+			ReadOnly:    true,
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				var a struct{ Path string }
 				if err := decode(args, &a); err != nil {
@@ -99,6 +100,7 @@ func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 			Description: "Read a text file from the workspace.",
 			Parameters:  schema(`"path":{"type":"string"}`, "path"),
 			Safe:        true,
+			ReadOnly:    true,
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				var a struct{ Path string }
 				if err := decode(args, &a); err != nil {

@@ -1,0 +1,316 @@
+package durable
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Effect is what a policy says of one tool call.
+type Effect string
+
+// Effects.
+const (
+	Allow Effect = "allow" // the call runs
+	Ask   Effect = "ask"   // the call waits for the owner's decision
+	Deny  Effect = "deny"  // the call is refused; the model is told
+)
+
+// PolicyQuery is one tool call for a Policy to judge.
+type PolicyQuery struct {
+	ConversationID int64
+	Tool           Tool // zero for a tool the harness does not know
+	Call           ToolCall
+	// Outside is the first outside text in the model's context, or nil.
+	// While it is there, the model may be steered by it.
+	Outside *Entry
+	Store   *Store
+}
+
+// Verdict is a Policy's answer. Reason says why, in words the owner (for
+// Ask) or the model (for Deny) reads.
+type Verdict struct {
+	Effect Effect
+	Reason string
+}
+
+// Policy decides whether a tool call runs, waits for the owner, or is
+// refused. It is asked before every call's intent is committed; an error
+// fails the step (the call is asked again when the task resumes).
+type Policy interface {
+	Check(ctx context.Context, q PolicyQuery) (Verdict, error)
+}
+
+// Decisions an owner can take on an approval.
+const (
+	AllowOnce   = "allow_once"
+	AllowAlways = "allow_always" // allow once and add a rule built from the call
+	DenyCall    = "deny"
+)
+
+// Approval is a tool call waiting for the owner. Its ID is the ID of its
+// approval entry; it survives restarts with the task that waits on it.
+type Approval struct {
+	ID             int64           `json:"id"`
+	ConversationID int64           `json:"conversation_id"`
+	RunID          int64           `json:"run_id"`
+	CallID         string          `json:"call_id"`
+	Tool           string          `json:"tool"`
+	Arguments      json.RawMessage `json:"arguments"`
+	SHA256         string          `json:"sha256"` // of Arguments, exactly as the model sent them
+	Reason         string          `json:"reason"`
+	AskedAt        time.Time       `json:"asked_at"`
+}
+
+// Decision is the owner's answer to an approval.
+type Decision struct {
+	ApprovalID int64     `json:"approval_id"`
+	Decision   string    `json:"decision"`       // AllowOnce, AllowAlways or DenyCall
+	Note       string    `json:"note,omitempty"` // for the model, with a deny
+	SHA256     string    `json:"sha256"`         // the arguments it is bound to
+	At         time.Time `json:"at"`
+}
+
+// ErrDecided is returned by Decide for an approval that is not waiting
+// any more (decided already, or its run ended).
+var ErrDecided = errors.New("approval already decided")
+
+// ArgumentsHash is the hex sha256 of a call's arguments, byte for byte.
+func ArgumentsHash(args json.RawMessage) string {
+	sum := sha256.Sum256(args)
+	return hex.EncodeToString(sum[:])
+}
+
+// ask stores call as an approval: the approval entry, the task waiting on
+// it (an approval is no deadline: nothing wakes the sandbox for it) and
+// whatever the host wants committed with it (the owner's notification).
+func (h *Harness) ask(t Task, cp genCheckpoint, call ToolCall, reason string) (StepResult, error) {
+	id, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	now := h.Now()
+	a := Approval{ID: id, ConversationID: t.ConversationID, RunID: t.ID, CallID: call.ID, Tool: call.Name,
+		Arguments: call.Arguments, SHA256: ArgumentsHash(call.Arguments), Reason: reason, AskedAt: now}
+	entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: ApprovalEntry, At: now, RunID: t.ID,
+		Text: fmt.Sprintf("%s waits for the owner: %s", call.Name, reason), ToolCallID: call.ID, ToolName: call.Name,
+		Arguments: call.Arguments, Data: mustRaw(a)}
+	var tasks []Task
+	if h.opts.OnApproval != nil {
+		for _, nt := range h.opts.OnApproval(a) {
+			if nt.ID, err = h.store.MintID(); err != nil {
+				return StepResult{}, err
+			}
+			if nt.ConversationID == 0 {
+				nt.ConversationID = t.ConversationID
+			}
+			if nt.Version == 0 {
+				nt.Version = 1
+			}
+			nt.CreatedAt = now
+			tasks = append(tasks, nt)
+		}
+	}
+	cp.Waiting, cp.Decided = id, nil
+	t.State, t.Deadline, t.Checkpoint = Waiting, nil, mustRaw(cp)
+	return StepResult{Task: t, Entries: []Entry{entry}, NewTasks: tasks}, nil
+}
+
+// deniedResult answers call without running it.
+func (h *Harness) deniedResult(t Task, cp genCheckpoint, call ToolCall, text string, approval int64) (StepResult, error) {
+	id, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	data := map[string]any{"denied": true}
+	if approval != 0 {
+		data["approval_id"] = approval
+	}
+	result := Entry{ID: id, ConversationID: t.ConversationID, Kind: ToolResultEntry, Text: text, At: h.Now(), RunID: t.ID,
+		ToolCallID: call.ID, ToolName: call.Name, IsError: true, Data: mustRaw(data)}
+	cp.Decided = nil
+	cp.Next++
+	if cp.Next == len(cp.Calls) {
+		cp = genCheckpoint{Phase: phaseRequest, Turn: cp.Turn}
+	}
+	t.Checkpoint = mustRaw(cp)
+	return StepResult{Task: t, Entries: []Entry{result}}, nil
+}
+
+// authorize asks the policy about Calls[Next] (unless the owner's decision
+// on exactly these arguments is in the checkpoint). It returns a step
+// result when the call does not run now: waiting for the owner, or refused.
+func (h *Harness) authorize(ctx context.Context, t Task, cp genCheckpoint, call ToolCall) (*StepResult, error) {
+	if h.opts.Policy == nil {
+		return nil, nil
+	}
+	if d := cp.Decided; d != nil && d.SHA256 == ArgumentsHash(call.Arguments) && d.CallID == call.ID {
+		if d.Decision == DenyCall {
+			text := fmt.Sprintf("[denied] The owner denied this call of %s.", call.Name)
+			if d.Note != "" {
+				text += " The owner's note: " + d.Note
+			}
+			res, err := h.deniedResult(t, cp, call, text, d.Approval)
+			return &res, err
+		}
+		return nil, nil
+	}
+	outside, err := h.outsideInContext(ctx, t.ConversationID)
+	if err != nil {
+		return nil, err
+	}
+	v, err := h.opts.Policy.Check(ctx, PolicyQuery{ConversationID: t.ConversationID, Tool: h.tools[call.Name], Call: call, Outside: outside, Store: h.store})
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	switch v.Effect {
+	case Allow:
+		return nil, nil
+	case Deny:
+		res, err := h.deniedResult(t, cp, call, fmt.Sprintf("[denied] %s", v.Reason), 0)
+		return &res, err
+	}
+	res, err := h.ask(t, cp, call, v.Reason)
+	return &res, err
+}
+
+// outsideInContext returns the first outside text in conv's model context:
+// an outside text entry after the newest reset marker or summary, or a
+// summary made from outside text. Nil when there is none.
+func (h *Harness) outsideInContext(ctx context.Context, conv int64) (*Entry, error) {
+	from := int64(1)
+	head, err := h.store.LatestHead(ctx, conv)
+	switch {
+	case err == nil && head.Kind == ResetMarker:
+		from = head.ID + 1
+	case err == nil && head.Kind == SummaryEntry:
+		if summaryHasOutside(head) {
+			return &head, nil
+		}
+		from = head.Head
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return nil, err
+	}
+	entries, err := h.store.EntriesSince(ctx, conv, from)
+	if err != nil {
+		return nil, err
+	}
+	for i := range entries {
+		if entries[i].Kind == OutsideText {
+			return &entries[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// summaryHasOutside reports whether a summary was written from outside
+// text: the model wrote it while reading that text, so it may carry it on.
+func summaryHasOutside(e Entry) bool {
+	var d struct {
+		OutsideText bool `json:"outside_text"`
+	}
+	return json.Unmarshal(e.Data, &d) == nil && d.OutsideText
+}
+
+// Decide records the owner's decision on a waiting approval, together with
+// extra (a rule an "allow always" adds), and lets the run go on: the call
+// runs (once) or the model reads the denial. ErrNotFound for no such
+// approval, ErrDecided for one not waiting any more.
+func (h *Harness) Decide(ctx context.Context, approvalID int64, decision, note string, extra Writes) (Approval, error) {
+	h.decideMu.Lock()
+	defer h.decideMu.Unlock()
+	a, t, cp, err := h.waitingOn(ctx, approvalID)
+	if err != nil {
+		return a, err
+	}
+	id, err := h.store.MintID()
+	if err != nil {
+		return a, err
+	}
+	now := h.Now()
+	d := Decision{ApprovalID: a.ID, Decision: decision, Note: note, SHA256: a.SHA256, At: now}
+	text := fmt.Sprintf("the owner decided %s on approval %d (%s)", decision, a.ID, a.Tool)
+	entry := Entry{ID: id, ConversationID: a.ConversationID, Kind: DecisionEntry, Text: text, At: now, RunID: a.RunID,
+		ToolCallID: a.CallID, ToolName: a.Tool, Data: mustRaw(d)}
+	cp.Waiting = 0
+	cp.Decided = &decided{Approval: a.ID, CallID: a.CallID, SHA256: a.SHA256, Decision: decision, Note: note}
+	t.State, t.Checkpoint = Pending, mustRaw(cp)
+	w := extra
+	w.Entries = append(append([]Entry(nil), extra.Entries...), entry)
+	w.Tasks = append(append([]Task(nil), extra.Tasks...), t)
+	if err := h.Commit(ctx, w); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// waitingOn loads an approval and the task waiting on it.
+func (h *Harness) waitingOn(ctx context.Context, approvalID int64) (Approval, Task, genCheckpoint, error) {
+	a, err := h.Approval(ctx, approvalID)
+	if err != nil {
+		return a, Task{}, genCheckpoint{}, err
+	}
+	t, err := h.store.Task(ctx, a.RunID)
+	if err != nil {
+		return a, t, genCheckpoint{}, err
+	}
+	var cp genCheckpoint
+	if err := json.Unmarshal(t.Checkpoint, &cp); err != nil {
+		return a, t, cp, fmt.Errorf("decode checkpoint of task %d: %w", t.ID, err)
+	}
+	if t.State != Waiting || cp.Waiting != approvalID {
+		return a, t, cp, fmt.Errorf("approval %d: %w", approvalID, ErrDecided)
+	}
+	return a, t, cp, nil
+}
+
+// Approval returns one approval by ID (ErrNotFound if there is none).
+func (h *Harness) Approval(ctx context.Context, id int64) (Approval, error) {
+	var a Approval
+	e, err := h.store.Entry(ctx, id)
+	if err != nil {
+		return a, err
+	}
+	if e.Kind != ApprovalEntry {
+		return a, fmt.Errorf("approval %d: %w", id, ErrNotFound)
+	}
+	if err := json.Unmarshal(e.Data, &a); err != nil {
+		return a, fmt.Errorf("decode approval %d: %w", id, err)
+	}
+	return a, nil
+}
+
+// PendingApprovals returns the approvals the owner has not decided, oldest first.
+func (h *Harness) PendingApprovals(ctx context.Context) ([]Approval, error) {
+	tasks, err := h.store.Tasks(ctx, []TaskState{Waiting}, Scan{Limit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	out := []Approval{}
+	for _, t := range tasks.Items {
+		var cp genCheckpoint
+		if t.Kind != KindGeneration || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 {
+			continue
+		}
+		a, err := h.Approval(ctx, cp.Waiting)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// decided is the owner's decision as the waiting task's checkpoint keeps
+// it until the call it is bound to runs or is refused.
+type decided struct {
+	Approval int64  `json:"approval"`
+	CallID   string `json:"call_id"`
+	SHA256   string `json:"sha256"`
+	Decision string `json:"decision"`
+	Note     string `json:"note,omitempty"`
+}
