@@ -118,6 +118,7 @@ func runEntries(in inspection, run int64) []entry {
 
 func TestConversationSurvivesContainerStop(t *testing.T) {
 	user, tok := newUser(t, "durable")
+	grant(t, user, tok, "write_file")
 	first := prompt(t, user, tok, map[string]any{"text": "write notes.txt: remember the milk"})
 	if first.Status != "done" || !strings.Contains(first.Reply, "wrote") {
 		t.Fatalf("first prompt: %+v", first)
@@ -137,7 +138,7 @@ func TestConversationSurvivesContainerStop(t *testing.T) {
 		}
 	}
 	want := "owner_message,assistant_message,tool_call,tool_result,assistant_message"
-	if got := strings.Join(kinds, ","); got != want+","+want {
+	if got := strings.Join(kinds, ","); got != "policy,"+want+","+want { // policy: the grant of write_file
 		t.Fatalf("entries after restart: %s", got)
 	}
 	var verbatim entry
@@ -206,6 +207,7 @@ func waitRunDone(t *testing.T, user, tok string, run int64) []entry {
 
 func TestAgentKilledDuringUnsafeShell(t *testing.T) {
 	user, tok := newUser(t, "killsh")
+	grant(t, user, tok, "shell")
 	mustGet(t, user, tok, "/health")
 	run := prompt(t, user, tok, map[string]any{"text": "run: sleep 5; echo finished-sleeping", "wait": false})
 	waitIntent(t, user, tok, run.RunID)
@@ -334,6 +336,7 @@ func TestAgentImageHasNoPowers(t *testing.T) {
 	if out, err := inAgent(t, user, tok, "sh", "-c", "echo x > /pwned"); err == nil || !strings.Contains(out, "Read-only") {
 		t.Errorf("writing to / worked: %v %s", err, out)
 	}
+	grant(t, user, tok, "shell")
 	r := prompt(t, user, tok, map[string]any{"text": "run: apt-get install -y curl; pip install requests; wget http://example.com/x; npm i left-pad"})
 	for _, tool := range []string{"apt-get", "pip", "wget", "npm"} {
 		if !strings.Contains(r.Reply, tool+": not found") {
@@ -347,6 +350,7 @@ func TestAgentImageHasNoPowers(t *testing.T) {
 // has to send a request for the work to finish.
 func TestDiedWithWorkInFlightIsRestarted(t *testing.T) {
 	user, tok := newUser(t, "died")
+	grant(t, user, tok, "shell")
 	run := prompt(t, user, tok, map[string]any{"text": "run: sleep 3; echo slept", "wait": false})
 	waitIntent(t, user, tok, run.RunID)
 	waitUntil(t, 20*time.Second, "the agent reported work due", func() bool {

@@ -18,6 +18,7 @@ import (
 
 func shellReply(t *testing.T, user, tok, command string) string {
 	t.Helper()
+	grant(t, user, tok, "shell")
 	return prompt(t, user, tok, map[string]any{"text": "run: " + command}).Reply
 }
 
@@ -232,6 +233,7 @@ func TestAttackNotificationQueueIsCapped(t *testing.T) {
 	startSink(t)
 	user, tok := reminderUser(t, "atk-flood", "/fail/flood")
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	grant(t, user, tok, "set_reminder")
 	for i := range 5 {
 		prompt(t, user, tok, map[string]any{"text": fmt.Sprintf("remind at %s: flood %d", past, i)})
 	}

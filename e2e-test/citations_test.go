@@ -123,6 +123,7 @@ func TestBadCitedRepliesAreRejectedAndWriteNothing(t *testing.T) {
 func citeWithTampering(t *testing.T, user, tok, text string) runResult {
 	t.Helper()
 	body := map[string]any{"text": text, "citations": "required", "requestId": "slow-" + user}
+	grant(t, user, tok, "shell")
 	started := prompt(t, user, tok, map[string]any{"text": text, "citations": "required", "requestId": "slow-" + user, "wait": false})
 	waitUntil(t, 60*time.Second, "the run waits in its shell call", func() bool {
 		for _, e := range runEntries(inspectOf(t, user, tok), started.RunID) {
@@ -145,6 +146,7 @@ func TestShellCannotTamperWithCitedDocuments(t *testing.T) {
 	user, tok := newUser(t, "cite-shell")
 	ingestPets(t, user, tok)
 	run := prompt(t, user, tok, map[string]any{"text": "cite dogs dream", "citations": "required"})
+	grant(t, user, tok, "shell")
 	if r := prompt(t, user, tok, map[string]any{"text": `run: printf 'Dogs never dream.\n' > /data/corpus/pets.txt/v1`}).Reply; !strings.Contains(r, "Permission denied") {
 		t.Errorf("the shell wrote the corpus: %q", r)
 	}

@@ -30,6 +30,7 @@ func TestDevShLifecycleKeepsData(t *testing.T) {
 	if len(tok) < 20 {
 		t.Fatalf("./dev.sh token printed %q", tok)
 	}
+	grant(t, user, tok, "write_file")
 	prompt(t, user, tok, map[string]any{"text": "write keep.txt: kept across reloads"})
 	if r := post(t, user, tok, "/skills/install", `{"name":"markdown-toc"}`); r.Code != 201 {
 		t.Fatalf("install: %d %s", r.Code, r.Body)
@@ -81,6 +82,8 @@ func TestCapacityFullIs429(t *testing.T) {
 	a, aTok := newUser(t, "cap-a")
 	b, bTok := newUser(t, "cap-b")
 	c, cTok := newUser(t, "cap-c")
+	grant(t, a, aTok, "shell")
+	grant(t, b, bTok, "shell")
 	prompt(t, a, aTok, map[string]any{"text": "run: sleep 6", "wait": false})
 	prompt(t, b, bTok, map[string]any{"text": "run: sleep 6", "wait": false})
 	// Both runs are ready from the moment their 202 came back: neither sandbox is idle.

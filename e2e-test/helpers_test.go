@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -309,4 +310,23 @@ func sandboxGateway(t *testing.T, user string) (token, base string) {
 		}
 	}
 	return token, "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
+}
+
+// granted remembers the rules grant added, so each is added once.
+var granted sync.Map
+
+// grant adds the owner's rules that let user's agent call tools without
+// asking (every tool that is not read-only asks by default). It provisions
+// the sandbox if it is not up yet.
+func grant(t *testing.T, user, tok string, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, done := granted.LoadOrStore(user+"/"+tool, true); done {
+			continue
+		}
+		if r := post(t, user, tok, "/rules", `{"tool":"`+tool+`","effect":"allow"}`); r.Code != 201 {
+			granted.Delete(user + "/" + tool)
+			t.Fatalf("allow %s for %s: %d %s", tool, user, r.Code, r.Body)
+		}
+	}
 }

@@ -59,6 +59,7 @@ func reminderUser(t *testing.T, prefix, sinkPath string) (string, string) {
 // setReminder asks for a reminder in d and returns its due time.
 func setReminder(t *testing.T, user, tok string, d time.Duration, text string) time.Time {
 	t.Helper()
+	grant(t, user, tok, "set_reminder")
 	r := prompt(t, user, tok, map[string]any{"text": fmt.Sprintf("remind in %s: %s", d, text)})
 	i := strings.Index(r.Reply, "Reminder set for ")
 	if i < 0 {
@@ -198,6 +199,7 @@ func TestReminderFailingNotificationEndpoint(t *testing.T) {
 
 func TestReminderToolBadInput(t *testing.T) {
 	user, tok := newUser(t, "rem-bad")
+	grant(t, user, tok, "set_reminder")
 	r := prompt(t, user, tok, map[string]any{"text": "remind at tomorrow-ish: x"})
 	if !strings.Contains(r.Reply, "RFC 3339") {
 		t.Fatalf("malformed time: %q", r.Reply)
@@ -221,6 +223,7 @@ func TestPauseIfIdleRefusesWhileBusy(t *testing.T) {
 	user, tok := newUser(t, "busy")
 	mustGet(t, user, tok, "/health")
 	// The submitted run is ready from the moment the 202 comes back.
+	grant(t, user, tok, "shell")
 	run := prompt(t, user, tok, map[string]any{"text": "run: sleep 2", "wait": false})
 	if r := post(t, user, tok, "/pause?if_idle=1", ""); r.Code != 409 {
 		t.Fatalf("pause during a running prompt: %d %s", r.Code, r.Body)

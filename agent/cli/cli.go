@@ -177,9 +177,15 @@ func serve(ctx context.Context) error {
 		Models:       model.Models,
 		Harness: durable.Options{
 			System: systemPrompt,
-			Tools:  append(tools.Builtin(toolsWS, shell), reminders.Tools()...),
+			Tools:  append(append(tools.Builtin(toolsWS, shell), reminders.Tools()...), tools.WebTools(model)...),
 			Kinds:  map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}},
 			Redact: redactor.Redact,
+			// The owner hears of every approval through the notification path.
+			OnApproval: func(a durable.Approval) []durable.Task {
+				text := fmt.Sprintf("Your agent waits for your decision on approval %d: %s %s (%s). Decide with POST /u/%s/approvals/%d.",
+					a.ID, a.Tool, truncate(string(a.Arguments), 300), a.Reason, env("AFFIDO_USER", "<you>"), a.ID)
+				return []durable.Task{reminders.Notice(text, a.AskedAt)}
+			},
 			// The manager hears every change of the next due time, so it
 			// can wake this sandbox even if the agent hangs at pause time.
 			OnScheduled: (&wakeReporter{report: model.ReportWake, log: log}).scheduled,
@@ -212,6 +218,14 @@ func serve(ctx context.Context) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
+}
+
+// truncate cuts s to n bytes, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // wakeReporter reports the harness's next due time to the manager. The

@@ -314,3 +314,31 @@ type decided struct {
 	Decision string `json:"decision"`
 	Note     string `json:"note,omitempty"`
 }
+
+// WaitingFor returns the approval that holds sub up: the one its own run
+// waits on, or the one an earlier run of its conversation waits on (runs
+// of a conversation go one at a time). Nil when nothing waits.
+func (h *Harness) WaitingFor(ctx context.Context, sub Submission) (*Approval, error) {
+	if sub.Status == Done || sub.Status == Unanswered {
+		return nil, nil
+	}
+	live, err := h.store.LiveTasks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range live { // oldest first
+		if t.Kind != KindGeneration || t.ConversationID != sub.ConversationID || t.ID > sub.TaskID {
+			continue
+		}
+		var cp genCheckpoint
+		if t.State != Waiting || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 {
+			return nil, nil // the head of the conversation is not waiting
+		}
+		a, err := h.Approval(ctx, cp.Waiting)
+		if err != nil {
+			return nil, err
+		}
+		return &a, nil
+	}
+	return nil, nil
+}

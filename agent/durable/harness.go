@@ -606,7 +606,9 @@ func (h *Harness) waitSubmission(ctx context.Context, id int64, orWaiting bool) 
 			return sub, nil
 		}
 		if orWaiting {
-			if t, err := h.store.Task(ctx, sub.TaskID); err == nil && t.State == Waiting {
+			if a, err := h.WaitingFor(ctx, sub); err != nil {
+				return sub, err
+			} else if a != nil {
 				return sub, nil
 			}
 		}

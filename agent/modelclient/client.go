@@ -12,13 +12,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/problem"
 )
 
 // Client calls the gateway.
@@ -232,9 +235,44 @@ func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) er
 	return c.post(ctx, "/notify", "notify", map[string]any{"key": key, "text": text, "due_at": due})
 }
 
+// Fetch asks the gateway to fetch a URL (fetch_url): the manager fetches
+// it through its guarded client; the sandbox has no egress of its own.
+func (c *Client) Fetch(ctx context.Context, url string) (gatewayapi.Page, error) {
+	var p gatewayapi.Page
+	err := c.call(ctx, gatewayapi.FetchPath, "fetch", gatewayapi.FetchRequest{URL: url}, &p)
+	return p, err
+}
+
+// Search asks the gateway's search provider (web_search).
+func (c *Client) Search(ctx context.Context, query string, count int) (gatewayapi.SearchResults, error) {
+	var r gatewayapi.SearchResults
+	err := c.call(ctx, gatewayapi.SearchPath, "search", gatewayapi.SearchRequest{Query: query, Count: count}, &r)
+	return r, err
+}
+
+// GatewayError is a gateway route's refusal: its status and problem.
+type GatewayError struct {
+	Op     string
+	Status int
+	problem.Problem
+}
+
+func (e *GatewayError) Error() string {
+	return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, e.Title, e.Detail)
+}
+
+// Kind is the last part of the problem type (see internal/gatewayapi).
+func (e *GatewayError) Kind() string { return path.Base(e.Type) }
+
 // post sends body as JSON to a gateway path with the sandbox token; op
 // names the call in errors.
 func (c *Client) post(ctx context.Context, path, op string, body any) error {
+	return c.call(ctx, path, op, body, nil)
+}
+
+// call posts body and decodes a 2xx answer into out (if not nil); any
+// other answer is a *GatewayError.
+func (c *Client) call(ctx context.Context, path, op string, body, out any) error {
 	b, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(b))
 	if err != nil {
@@ -248,8 +286,18 @@ func (c *Client) post(ctx context.Context, path, op string, body any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("%s: %s: %s", op, resp.Status, msg)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		ge := &GatewayError{Op: op, Status: resp.StatusCode}
+		if json.Unmarshal(msg, &ge.Problem) != nil || ge.Title == "" {
+			ge.Title, ge.Detail = resp.Status, strings.TrimSpace(string(msg))
+		}
+		return ge
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s: decode the answer: %w", op, err)
 	}
 	return nil
 }

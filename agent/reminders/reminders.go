@@ -214,3 +214,12 @@ func newKey() string {
 	_, _ = rand.Read(b)
 	return "reminder-" + hex.EncodeToString(b)
 }
+
+// Notice returns a task that hands one notification to the gateway, with
+// the same stored retries as a reminder's (for an approval waiting on the
+// owner, for example). Its key is random, so it is delivered once.
+func Notice(text string, at time.Time) durable.Task {
+	key := "notice-" + strings.TrimPrefix(newKey(), "reminder-")
+	raw, _ := json.Marshal(checkpoint{Key: key, Text: text, Due: at, Phase: "notify"})
+	return durable.Task{Kind: Kind, State: durable.Pending, Checkpoint: raw, Background: true}
+}

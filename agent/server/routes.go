@@ -295,22 +295,35 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
-	sub, err = h.WaitSubmission(ctx, sub.ID)
+	sub, err = h.WaitSettled(ctx, sub.ID)
 	if err != nil {
 		problem.Write(w, http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", sub.TaskID))
 		return
 	}
-	s.writeRun(w, r, h, sub)
+	s.writeRun(w, r, h, sub, nil)
 }
 
-// writeRun answers with a finished submission: its reply and the entries its run wrote.
-func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, h *durable.Harness, sub durable.Submission) {
+// writeRun answers with a submission that is finished, or waits for the
+// owner (status "waiting" with the approval it waits on): its reply and the
+// entries its run wrote, plus the fields of extra.
+func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, h *durable.Harness, sub durable.Submission, extra map[string]any) {
 	out := map[string]any{"run_id": sub.TaskID, "submission_id": sub.ID, "conversation_id": sub.ConversationID, "status": sub.Status}
+	for k, v := range extra {
+		out[k] = v
+	}
 	if sub.Reason != "" {
 		out["reason"] = sub.Reason
 	}
-	if task, err := h.Store().Task(r.Context(), sub.TaskID); err == nil && task.Error != "" {
-		out["error"] = task.Error
+	if task, err := h.Store().Task(r.Context(), sub.TaskID); err == nil {
+		if task.Error != "" {
+			out["error"] = task.Error
+		}
+		if task.State == durable.Waiting {
+			out["status"] = "waiting"
+		}
+	}
+	if a, err := h.WaitingFor(r.Context(), sub); err == nil && a != nil {
+		out["waiting_for"] = viewOf(*a, "pending")
 	}
 	if sub.AnswerEntryID != 0 {
 		if e, err := h.Store().Entry(r.Context(), sub.AnswerEntryID); err == nil {

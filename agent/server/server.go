@@ -26,6 +26,7 @@ import (
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
@@ -59,6 +60,8 @@ type Server struct {
 	cfg    Config
 	ws     workspace.Workspace
 	corpus *corpus.Corpus
+	tools  []durable.Tool // the harness's tools: the configured ones and corpus_search
+	book   *policy.Book   // the owner's rules: every tool call is judged by them
 
 	inflight atomic.Int64
 
@@ -77,6 +80,8 @@ func New(cfg Config) *Server {
 	corpusDir := filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")
 	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}},
 		corpus: &corpus.Corpus{Dir: corpusDir}}
+	s.tools = append(append([]durable.Tool(nil), cfg.Harness.Tools...), citations.Tool(s.corpus))
+	s.book = &policy.Book{Tools: s.tools}
 	if st, err := s.readStatus(); err == nil && st.StorageOpen {
 		if _, err := s.storage(context.Background()); err != nil {
 			cfg.Log.Error("reopen storage after an unclean stop", "err", err)
@@ -113,6 +118,11 @@ func (s *Server) Handler() http.Handler {
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))
 	handle("GET /corpus/citations", s.citations)
+	handle("GET /approvals", s.approvals)
+	handle("POST /approvals/{id}", s.decide)
+	handle("GET /rules", s.rules)
+	handle("POST /rules", s.ruleAdd)
+	handle("DELETE /rules/{id}", s.ruleRemove)
 	handle("GET /skills", s.skillsList)
 	handle("POST /skills/install", s.skillsInstall)
 	handle("DELETE /skills/{name}", s.skillsRemove)
@@ -224,8 +234,9 @@ func (s *Server) storage(ctx context.Context) (*durable.Harness, error) {
 	}
 	opts := s.cfg.Harness
 	opts.Model, opts.DefaultModel, opts.Log = s.cfg.Model, s.cfg.DefaultModel, s.cfg.Log
-	opts.Tools = append(append([]durable.Tool(nil), opts.Tools...), citations.Tool(s.corpus))
+	opts.Tools = s.tools
 	opts.Gate = citations.Gate(s.corpus)
+	opts.Policy = s.book
 	h, err := durable.Open(ctx, store, opts)
 	if err != nil {
 		store.Close()

@@ -23,6 +23,7 @@ import (
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/manager/gateway"
+	"github.com/affido/affido/manager/outbound"
 )
 
 type agent struct {
@@ -87,12 +88,20 @@ func newAgent(t *testing.T) *agent {
 		Provider: slowProvider{gateway.FakeProvider(gateway.NewFake([]string{"fake/echo", "fake/alt"})), a},
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}).Register(mux)
+	// fetch_url may reach loopback here: the tests' pages are served there.
+	(&gateway.Web{
+		Caller: func(r *http.Request) (string, int, string) { return "u", 0, "" },
+		Client: outbound.NewClient(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}),
+		Search: gateway.ScriptedSearch{},
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}).Register(mux)
 	gw := httptest.NewServer(mux)
 	t.Cleanup(gw.Close)
 	model := modelclient.New(gw.URL+"/v1/gateway", "token-abcdef")
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
+	builtin := append(tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), tools.WebTools(model)...)
 	a.srv = server.New(server.Config{User: "u", SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
-		Harness: durable.Options{Tools: tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), Redact: red.Redact},
+		Harness: durable.Options{Tools: builtin, Redact: red.Redact},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
 	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -132,6 +141,14 @@ func (a *agent) prompt(text string) map[string]any {
 	return m
 }
 
+// allow adds the owner's rule that lets tool run without asking.
+func (a *agent) allow(tool string) {
+	a.t.Helper()
+	if code, m := a.do("POST", "/rules", `{"tool":"`+tool+`","effect":"allow"}`); code != 201 {
+		a.t.Fatalf("allow %s: %d %v", tool, code, m)
+	}
+}
+
 func (a *agent) entryCount() float64 {
 	a.t.Helper()
 	_, m := a.do("GET", "/session", "")
@@ -166,6 +183,8 @@ func TestPromptToolsInspectEntry(t *testing.T) {
 	if m["reply"] != "echo: hello agent" || m["status"] != "done" || m["model"] != "fake/echo" {
 		t.Fatalf("reply %v", m)
 	}
+	a.allow("write_file")
+	a.allow("shell")
 	a.prompt("write notes/a.txt: line one")
 	m = a.prompt("read notes/a.txt")
 	if !strings.Contains(m["reply"].(string), "line one") || len(m["entries"].([]any)) != 5 {
@@ -186,7 +205,7 @@ func TestPromptToolsInspectEntry(t *testing.T) {
 			resultID = em["id"].(float64)
 		}
 	}
-	want := "owner_message,assistant_message,owner_message,assistant_message,tool_call,tool_result,assistant_message"
+	want := "owner_message,assistant_message,policy,policy,owner_message,assistant_message,tool_call,tool_result,assistant_message"
 	if !strings.HasPrefix(strings.Join(kinds, ","), want) {
 		t.Fatalf("kinds %v", kinds)
 	}
@@ -334,6 +353,7 @@ func TestUploadsArtifactsIngestRaw(t *testing.T) {
 	if code, m := a.do("GET", "/uploads/docs/in.txt", ""); code != 200 || m["raw"] != "uploaded bytes" {
 		t.Fatalf("download %d %v", code, m)
 	}
+	a.allow("write_file")
 	a.prompt("write artifacts/out.txt: made by the agent")
 	if code, m := a.do("GET", "/artifacts/out.txt", ""); code != 200 || m["raw"] != "made by the agent" {
 		t.Fatalf("artifact %d %v", code, m)
@@ -358,6 +378,7 @@ func TestRedactionOfToolResults(t *testing.T) {
 		t.Fatalf("reply %q", m["reply"])
 	}
 	// The shell sees no secrets in its environment.
+	a.allow("shell")
 	m = a.prompt("run: env")
 	if strings.Contains(m["reply"].(string), "token-abcdef") || strings.Contains(m["reply"].(string), "GATEWAY") {
 		t.Fatalf("shell env leaks: %q", m["reply"])

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
@@ -178,9 +179,18 @@ func serve(ctx context.Context) error {
 		Deny:  []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
 	}))
 	go deliverer.Run(ctx)
+	fetchClient := outbound.NewClient(outbound.Config{
+		Allow:   cfg.OutboundAllow,
+		Deny:    []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
+		Timeout: gatewayapi.FetchTimeout,
+	})
+	var search gateway.Searcher = gateway.ScriptedSearch{}
+	if cfg.SearchProvider == "brave" {
+		search = &gateway.BraveSearch{URL: cfg.SearchURL, Key: cfg.SearchKey}
+	}
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
 		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
-		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
+		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr, FetchClient: fetchClient, Search: search,
 		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits}
 	errc := make(chan error, 2)

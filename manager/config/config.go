@@ -49,6 +49,9 @@ type Config struct {
 	FreeModels       map[string]bool        // AFFIDO_FREE_MODELS: models used without a price
 	SpendLimits      spend.Limits           // AFFIDO_SPEND_DAILY_USD, AFFIDO_SPEND_MONTHLY_USD: default limits
 	OutboundAllow    []netip.Prefix         // AFFIDO_OUTBOUND_ALLOW: ranges outbound calls may reach despite the guard
+	SearchProvider   string                 // AFFIDO_SEARCH_PROVIDER: scripted or brave
+	SearchURL        string                 // AFFIDO_SEARCH_URL: the provider's endpoint
+	SearchKey        string                 // AFFIDO_SEARCH_KEY, or the file AFFIDO_SEARCH_KEY_FILE
 }
 
 func list(s string) []string {
@@ -118,6 +121,25 @@ func Load() (Config, error) {
 			errs = append(errs, fmt.Errorf("AFFIDO_OPENROUTER_KEY_FILE: %w", err))
 		}
 		c.OpenRouterKey = strings.TrimSpace(string(b))
+	}
+	c.SearchProvider = str("AFFIDO_SEARCH_PROVIDER", "scripted")
+	c.SearchURL = os.Getenv("AFFIDO_SEARCH_URL")
+	c.SearchKey = os.Getenv("AFFIDO_SEARCH_KEY")
+	if f := os.Getenv("AFFIDO_SEARCH_KEY_FILE"); f != "" && c.SearchKey == "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("AFFIDO_SEARCH_KEY_FILE: %w", err))
+		}
+		c.SearchKey = strings.TrimSpace(string(b))
+	}
+	switch c.SearchProvider {
+	case "scripted":
+	case "brave":
+		if c.SearchKey == "" {
+			errs = append(errs, fmt.Errorf("AFFIDO_SEARCH_PROVIDER=brave needs AFFIDO_SEARCH_KEY or AFFIDO_SEARCH_KEY_FILE"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("AFFIDO_SEARCH_PROVIDER: want scripted or brave, got %q", c.SearchProvider))
 	}
 	if len(c.FakeModels) == 0 {
 		c.FakeModels = []string{"fake/echo"}

@@ -114,6 +114,8 @@ var rules = []struct {
 	}},
 	{regexp.MustCompile(`^list ?(\S*)$`), func(m []string) Reply { return call("list_files", map[string]any{"path": m[1]}) }},
 	{regexp.MustCompile(`(?s)^search (.+)$`), func(m []string) Reply { return call("corpus_search", map[string]any{"query": m[1]}) }},
+	{regexp.MustCompile(`^fetch (\S+)$`), func(m []string) Reply { return call("fetch_url", map[string]any{"url": m[1]}) }},
+	{regexp.MustCompile(`(?s)^websearch (.+)$`), func(m []string) Reply { return call("web_search", map[string]any{"query": m[1]}) }},
 	{regexp.MustCompile(`(?s)^remind (at|in) (\S+): (.+)$`), func(m []string) Reply {
 		key := "after"
 		if m[1] == "at" {

@@ -90,6 +90,10 @@ type Server struct {
 	Wakes interface {
 		ReportWake(ctx context.Context, user string, at *time.Time) error
 	}
+	// FetchClient is the guarded outbound client fetch_url uses; Search
+	// answers web_search. Without a FetchClient neither route is served.
+	FetchClient *http.Client
+	Search      gateway.Searcher
 	// MarketplaceDir holds the built marketplace served to sandboxes.
 	MarketplaceDir string
 	Log            *slog.Logger
@@ -125,6 +129,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
 	mux.HandleFunc("POST /v1/gateway/notify", s.notify)
 	mux.HandleFunc("POST /v1/gateway/wake-at", s.wakeAt)
+	if s.FetchClient != nil {
+		search := s.Search
+		if search == nil {
+			search = gateway.ScriptedSearch{}
+		}
+		(&gateway.Web{Caller: s.caller, Client: s.FetchClient, Search: search, Log: s.Log}).Register(mux)
+	}
 	if s.MarketplaceDir != "" {
 		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)
 	}

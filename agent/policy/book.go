@@ -1,0 +1,200 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/affido/affido/agent/durable"
+)
+
+// rulesKey is the store setting that holds the rules.
+const rulesKey = "policy.rules"
+
+// Book keeps the owner's rules in the agent's durable store and judges
+// tool calls by them. Changes go through one Book at a time (the agent is
+// its store's only writer), each committed with its trace entry.
+type Book struct {
+	// Tools are the tools rules may name (the harness's tools).
+	Tools []durable.Tool
+
+	mu sync.Mutex
+}
+
+var _ durable.Policy = (*Book)(nil)
+
+func (b *Book) known(name string) bool {
+	for _, t := range b.Tools {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Rules returns the rules, oldest first.
+func (b *Book) Rules(ctx context.Context, s *durable.Store) ([]Rule, error) {
+	v, err := s.Setting(ctx, rulesKey)
+	if err != nil {
+		return nil, fmt.Errorf("read rules: %w", err)
+	}
+	rules := []Rule{}
+	if v == "" {
+		return rules, nil
+	}
+	if err := json.Unmarshal([]byte(v), &rules); err != nil {
+		return nil, fmt.Errorf("decode rules: %w", err)
+	}
+	return rules, nil
+}
+
+// Defaults is each tool's effect when no rule matches.
+func (b *Book) Defaults() map[string]durable.Effect {
+	out := map[string]durable.Effect{}
+	for _, t := range b.Tools {
+		out[t.Name] = defaultEffect(t)
+	}
+	return out
+}
+
+func defaultEffect(t durable.Tool) durable.Effect {
+	if t.ReadOnly {
+		return durable.Allow
+	}
+	return durable.Ask
+}
+
+// change returns the writes that store rules and record why in conv's trace.
+func change(h *durable.Harness, conv int64, rules []Rule, text string, data any) (durable.Writes, error) {
+	id, err := h.Store().MintID()
+	if err != nil {
+		return durable.Writes{}, err
+	}
+	raw, _ := json.Marshal(rules)
+	d, _ := json.Marshal(data)
+	return durable.Writes{
+		Settings: map[string]string{rulesKey: string(raw)},
+		Entries: []durable.Entry{{ID: id, ConversationID: conv, Kind: durable.PolicyEntry, Text: text,
+			At: h.Now(), Data: d}},
+	}, nil
+}
+
+// Add validates r, gives it an ID and stores it, with an entry in conv's
+// trace. Errors wrap ErrInvalidRule for a rule that cannot be kept.
+func (b *Book) Add(ctx context.Context, h *durable.Harness, conv int64, r Rule) (Rule, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w, r, err := b.addWrites(ctx, h, conv, r)
+	if err != nil {
+		return r, err
+	}
+	if err := h.Commit(ctx, w); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// addWrites builds the commit that adds r. Caller holds b.mu.
+func (b *Book) addWrites(ctx context.Context, h *durable.Harness, conv int64, r Rule) (durable.Writes, Rule, error) {
+	r, err := normalize(r, b.known)
+	if err != nil {
+		return durable.Writes{}, r, err
+	}
+	rules, err := b.Rules(ctx, h.Store())
+	if err != nil {
+		return durable.Writes{}, r, err
+	}
+	if r.ID, err = h.Store().MintID(); err != nil {
+		return durable.Writes{}, r, err
+	}
+	r.CreatedAt = h.Now()
+	w, err := change(h, conv, append(rules, r), fmt.Sprintf("rule %d added: %s", r.ID, r.Describe()),
+		map[string]any{"added": r})
+	return w, r, err
+}
+
+// Remove deletes a rule (ErrNoRule if there is none), with an entry in
+// conv's trace.
+func (b *Book) Remove(ctx context.Context, h *durable.Harness, conv, id int64) (Rule, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rules, err := b.Rules(ctx, h.Store())
+	if err != nil {
+		return Rule{}, err
+	}
+	for i, r := range rules {
+		if r.ID != id {
+			continue
+		}
+		rest := append(append([]Rule{}, rules[:i]...), rules[i+1:]...)
+		w, err := change(h, conv, rest, fmt.Sprintf("rule %d removed: %s", r.ID, r.Describe()), map[string]any{"removed": r})
+		if err != nil {
+			return r, err
+		}
+		return r, h.Commit(ctx, w)
+	}
+	return Rule{}, fmt.Errorf("rule %d: %w", id, ErrNoRule)
+}
+
+// Decide records the owner's decision on an approval; "allow always" adds
+// the Proposed rule in the same commit. It returns the approval and the
+// rule added, if any (durable.ErrNotFound, durable.ErrDecided as Decide).
+func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64, decision, note string) (durable.Approval, *Rule, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, err := h.Approval(ctx, approvalID)
+	if err != nil {
+		return a, nil, err
+	}
+	var extra durable.Writes
+	var added *Rule
+	if decision == durable.AllowAlways {
+		w, r, err := b.addWrites(ctx, h, a.ConversationID, Proposed(a))
+		if err != nil {
+			return a, nil, err
+		}
+		extra, added = w, &r
+	}
+	a, err = h.Decide(ctx, approvalID, decision, note, extra)
+	if err != nil {
+		return a, nil, err
+	}
+	return a, added, nil
+}
+
+// Check judges one call (see the package comment).
+func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdict, error) {
+	if q.Tool.Name == "" {
+		return durable.Verdict{Effect: durable.Allow}, nil // nothing runs: the harness answers "unknown tool"
+	}
+	rules, err := b.Rules(ctx, q.Store)
+	if err != nil {
+		return durable.Verdict{}, err
+	}
+	var matched []Rule
+	for _, r := range rules {
+		if r.Tool == q.Tool.Name && r.matches(q.Call.Arguments) {
+			matched = append(matched, r)
+		}
+	}
+	rank := map[durable.Effect]int{durable.Deny: 0, durable.Ask: 1, durable.Allow: 2}
+	sort.SliceStable(matched, func(i, j int) bool { return rank[matched[i].Effect] < rank[matched[j].Effect] })
+	var v durable.Verdict
+	if len(matched) > 0 {
+		r := matched[0]
+		v = durable.Verdict{Effect: r.Effect, Reason: fmt.Sprintf("rule %d: %s", r.ID, r.Describe())}
+		if r.Effect == durable.Deny {
+			v.Reason = fmt.Sprintf("The owner's rule %d denies this call (%s).", r.ID, r.Describe())
+		}
+	} else {
+		v = durable.Verdict{Effect: defaultEffect(q.Tool), Reason: q.Tool.Name + " asks by default: no rule of the owner's allows this call"}
+	}
+	if v.Effect == durable.Allow && !q.Tool.ReadOnly && q.Outside != nil {
+		v = durable.Verdict{Effect: durable.Ask, Reason: fmt.Sprintf(
+			"outside text (entry %d, %s) is in the model's context, so every call of a tool that is not read-only asks until the conversation is reset (%s)",
+			q.Outside.ID, q.Outside.Kind, v.Reason)}
+	}
+	return v, nil
+}

@@ -1,0 +1,198 @@
+// Package policy is the owner's grant of powers to their agent: per tool
+// allow, ask or deny, with argument conditions, kept as rules in the
+// agent's durable store. It is the harness's durable.Policy: before every
+// tool call it says whether the call runs, waits for the owner (an
+// approval) or is refused. The model cannot change a rule: rules and
+// decisions arrive only through the owner's API, which the tools cannot
+// reach.
+//
+// How a call is judged: among the rules for its tool whose conditions all
+// match, a deny wins over an ask, an ask over an allow; with none, a
+// read-only tool is allowed and any other asks. While outside text is in
+// the model's context, a call that would be allowed asks anyway unless the
+// tool is read-only.
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/affido/affido/agent/durable"
+)
+
+// Rule is one of the owner's grants.
+type Rule struct {
+	ID        int64          `json:"id,omitempty"` // 0 for a proposed rule
+	Tool      string         `json:"tool"`
+	Effect    durable.Effect `json:"effect"`
+	When      Conditions     `json:"when,omitzero"`
+	CreatedAt time.Time      `json:"created_at,omitzero"`
+	// FromApproval is the approval whose "allow always" added the rule.
+	FromApproval int64 `json:"from_approval,omitempty"`
+}
+
+// Conditions narrow a rule to some calls; all that are set must match.
+type Conditions struct {
+	// CommandPrefix (shell): the command starts with it and, after it,
+	// holds no shell control character (; & | ` $ ( ) < > or a newline),
+	// so "ls " allows "ls -la notes" but not "ls; rm -rf notes".
+	CommandPrefix string `json:"command_prefix,omitempty"`
+	// PathPrefix (read_file, write_file, list_files): the cleaned path is
+	// this directory or file, or lies under it.
+	PathPrefix string `json:"path_prefix,omitempty"`
+	// Host (fetch_url): the URL's host, exactly (case-insensitive).
+	Host string `json:"host,omitempty"`
+}
+
+// ErrInvalidRule is wrapped by every error for a rule that cannot be kept.
+var ErrInvalidRule = errors.New("invalid rule")
+
+// ErrNoRule is returned for a rule ID that does not exist.
+var ErrNoRule = errors.New("no such rule")
+
+// conditionsOf says which condition each tool's arguments can carry.
+var conditionsOf = map[string]string{
+	"shell":      "command_prefix",
+	"read_file":  "path_prefix",
+	"write_file": "path_prefix",
+	"list_files": "path_prefix",
+	"fetch_url":  "host",
+}
+
+// shellControl are the characters that would let a command do more than
+// the prefix a rule allows.
+const shellControl = ";&|`$()<>\n\r"
+
+// normalize checks r against the known tools and cleans its conditions.
+func normalize(r Rule, known func(string) bool) (Rule, error) {
+	if !known(r.Tool) {
+		return r, fmt.Errorf("%w: unknown tool %q", ErrInvalidRule, r.Tool)
+	}
+	switch r.Effect {
+	case durable.Allow, durable.Ask, durable.Deny:
+	default:
+		return r, fmt.Errorf("%w: effect must be allow, ask or deny, not %q", ErrInvalidRule, r.Effect)
+	}
+	set := map[string]string{"command_prefix": r.When.CommandPrefix, "path_prefix": r.When.PathPrefix, "host": r.When.Host}
+	for name, v := range set {
+		if v != "" && conditionsOf[r.Tool] != name {
+			return r, fmt.Errorf("%w: %s takes no %s condition", ErrInvalidRule, r.Tool, name)
+		}
+		if len(v) > 1024 {
+			return r, fmt.Errorf("%w: %s is longer than 1024 bytes", ErrInvalidRule, name)
+		}
+	}
+	if p := r.When.PathPrefix; p != "" {
+		c := path.Clean(strings.TrimSuffix(p, "/"))
+		if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
+			return r, fmt.Errorf("%w: path_prefix must be a path inside the workspace, not %q", ErrInvalidRule, p)
+		}
+		r.When.PathPrefix = c
+	}
+	if h := r.When.Host; h != "" {
+		h = strings.TrimSuffix(strings.ToLower(h), ".")
+		if strings.ContainsAny(h, "/:@ ?#") || h == "" {
+			return r, fmt.Errorf("%w: host is a host name such as example.org, not %q", ErrInvalidRule, r.When.Host)
+		}
+		r.When.Host = h
+	}
+	if strings.TrimSpace(r.When.CommandPrefix) == "" && r.When.CommandPrefix != "" {
+		return r, fmt.Errorf("%w: command_prefix is blank", ErrInvalidRule)
+	}
+	return r, nil
+}
+
+// matches reports whether r's conditions all hold for a call's arguments.
+// Arguments that cannot be read match no condition.
+func (r Rule) matches(args json.RawMessage) bool {
+	var a struct {
+		Command string `json:"command"`
+		Path    string `json:"path"`
+		URL     string `json:"url"`
+	}
+	if r.When == (Conditions{}) {
+		return true
+	}
+	if json.Unmarshal(args, &a) != nil {
+		return false
+	}
+	if p := r.When.CommandPrefix; p != "" {
+		rest, ok := strings.CutPrefix(a.Command, p)
+		if !ok || strings.ContainsAny(rest, shellControl) {
+			return false
+		}
+	}
+	if p := r.When.PathPrefix; p != "" {
+		c := path.Clean(a.Path) // "" is the workspace root, "."
+		if path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") || (p != "." && c != p && !strings.HasPrefix(c, p+"/")) {
+			return false
+		}
+	}
+	if h := r.When.Host; h != "" {
+		if hostOf(a.URL) != h {
+			return false
+		}
+	}
+	return true
+}
+
+// hostOf is a URL's host, lower case, without a trailing dot; "" when the
+// URL cannot be parsed.
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+}
+
+// Describe says what r does, for the trace and the owner.
+func (r Rule) Describe() string {
+	s := fmt.Sprintf("%s %s", r.Effect, r.Tool)
+	switch {
+	case r.When.CommandPrefix != "":
+		s += fmt.Sprintf(" when the command starts with %q", r.When.CommandPrefix)
+	case r.When.PathPrefix != "":
+		s += fmt.Sprintf(" when the path is under %q", r.When.PathPrefix)
+	case r.When.Host != "":
+		s += fmt.Sprintf(" when the host is %q", r.When.Host)
+	}
+	return s
+}
+
+// Proposed is the rule "allow always" adds for an approval's call: the
+// host for fetch_url; the first word of a shell command (the whole command
+// when it holds control characters); the directory of a path; the tool
+// itself for the rest. The owner sees it before deciding.
+func Proposed(a durable.Approval) Rule {
+	r := Rule{Tool: a.Tool, Effect: durable.Allow, FromApproval: a.ID}
+	var args struct {
+		Command string `json:"command"`
+		Path    string `json:"path"`
+		URL     string `json:"url"`
+	}
+	_ = json.Unmarshal(a.Arguments, &args)
+	switch conditionsOf[a.Tool] {
+	case "command_prefix":
+		cmd := strings.TrimLeft(args.Command, " \t")
+		if word, _, ok := strings.Cut(cmd, " "); ok && !strings.ContainsAny(cmd, shellControl) && word != "" {
+			r.When.CommandPrefix = word + " "
+		} else {
+			r.When.CommandPrefix = cmd
+		}
+	case "path_prefix":
+		if d := path.Dir(path.Clean(args.Path)); d != "." && d != "/" {
+			r.When.PathPrefix = d
+		} else {
+			r.When.PathPrefix = path.Clean(args.Path)
+		}
+	case "host":
+		r.When.Host = hostOf(args.URL)
+	}
+	return r
+}

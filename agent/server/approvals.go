@@ -1,0 +1,178 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/policy"
+	"github.com/affido/affido/internal/problem"
+)
+
+// The owner's powers over the agent: rules and approvals. These routes
+// are reached only through Caddy, after the manager checked the owner's
+// credentials; nothing inside the sandbox can call them (onlyFromCaller).
+
+// approvalView is an approval as the owner sees it: with the rule that
+// "allow always" would add, shown before it is saved.
+type approvalView struct {
+	durable.Approval
+	Status       string      `json:"status"`
+	ProposedRule policy.Rule `json:"proposed_rule"`
+}
+
+func viewOf(a durable.Approval, status string) approvalView {
+	return approvalView{Approval: a, Status: status, ProposedRule: policy.Proposed(a)}
+}
+
+func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	list, err := h.PendingApprovals(r.Context())
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	out := []approvalView{}
+	for _, a := range list {
+		out = append(out, viewOf(a, "pending"))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		problem.Write(w, http.StatusBadRequest, "bad-id", "an approval id is a positive integer")
+		return
+	}
+	var body struct {
+		Decision string `json:"decision"`
+		Note     string `json:"note"`
+		Wait     *bool  `json:"wait"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	switch {
+	case body.Decision != durable.AllowOnce && body.Decision != durable.AllowAlways && body.Decision != durable.DenyCall:
+		problem.Write(w, http.StatusBadRequest, "bad-decision", `decision is "allow_once", "allow_always" or "deny"`)
+		return
+	case body.Note != "" && body.Decision != durable.DenyCall:
+		problem.Write(w, http.StatusBadRequest, "bad-note", "a note goes with a deny (the model reads it)")
+		return
+	case len(body.Note) > 4096:
+		problem.Write(w, http.StatusBadRequest, "bad-note", "a note is at most 4096 bytes")
+		return
+	}
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	a, added, err := s.book.Decide(r.Context(), h, id, body.Decision, body.Note)
+	switch {
+	case errors.Is(err, durable.ErrNotFound):
+		problem.Write(w, http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
+		return
+	case errors.Is(err, durable.ErrDecided):
+		problem.Write(w, http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already", id))
+		return
+	case errors.Is(err, policy.ErrInvalidRule):
+		problem.Write(w, http.StatusBadRequest, "bad-rule", err.Error())
+		return
+	case err != nil:
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	decided := map[string]any{"approval": viewOf(a, body.Decision), "decision": body.Decision}
+	if added != nil {
+		decided["rule"] = added
+	}
+	t, err := h.Store().Task(r.Context(), a.RunID)
+	if err != nil || t.SubmissionID == 0 || (body.Wait != nil && !*body.Wait) {
+		writeJSON(w, http.StatusOK, decided)
+		return
+	}
+	// Like POST /prompt: answer with the run once it is done, or waits again.
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
+	defer cancel()
+	sub, err := h.WaitSettled(ctx, t.SubmissionID)
+	if err != nil {
+		problem.Write(w, http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", a.RunID))
+		return
+	}
+	s.writeRun(w, r, h, sub, decided)
+}
+
+func (s *Server) rules(w http.ResponseWriter, r *http.Request) {
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	rules, err := s.book.Rules(r.Context(), h.Store())
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": s.book.Defaults()})
+}
+
+func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Tool   string            `json:"tool"`
+		Effect durable.Effect    `json:"effect"`
+		When   policy.Conditions `json:"when"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	h, conv, ok := s.current(w, r)
+	if !ok {
+		return
+	}
+	rule, err := s.book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
+	switch {
+	case errors.Is(err, policy.ErrInvalidRule):
+		problem.Write(w, http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(s.toolNames(), ", "))
+	case err != nil:
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+	default:
+		writeJSON(w, http.StatusCreated, rule)
+	}
+}
+
+func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		problem.Write(w, http.StatusBadRequest, "bad-id", "a rule id is a positive integer")
+		return
+	}
+	h, conv, ok := s.current(w, r)
+	if !ok {
+		return
+	}
+	rule, err := s.book.Remove(r.Context(), h, conv, id)
+	switch {
+	case errors.Is(err, policy.ErrNoRule):
+		problem.Write(w, http.StatusNotFound, "unknown-rule", fmt.Sprintf("no rule %d", id))
+	case err != nil:
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"removed": rule})
+	}
+}
+
+func (s *Server) toolNames() []string {
+	var names []string
+	for _, t := range s.book.Tools {
+		names = append(names, t.Name)
+	}
+	return names
+}
