@@ -228,6 +228,7 @@ func TestFetchOutsideTextAndGuard(t *testing.T) {
 	for _, u := range refused {
 		out := strings.TrimSpace(docker(t, "run", "--rm", "--network", "container:"+stack+"-"+user+"-agent", "affido/probe:test",
 			"-post", base+"fetch", `{"url":"`+u+`"}`, token))
+		t.Logf("fetch %s: %s", u, out)
 		if !strings.HasPrefix(out, "403") || !strings.Contains(out, "fetch-refused") {
 			t.Errorf("fetch %s: %s", u, out)
 		}
