@@ -19,6 +19,7 @@ import (
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/privsep"
 	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/agent/runner"
@@ -182,9 +183,7 @@ func serve(ctx context.Context) error {
 			Redact: redactor.Redact,
 			// The owner hears of every approval through the notification path.
 			OnApproval: func(a durable.Approval) []durable.Task {
-				text := fmt.Sprintf("Your agent waits for your decision on approval %d: %s %s (%s). Decide with POST /u/%s/approvals/%d.",
-					a.ID, a.Tool, truncate(string(a.Arguments), 300), a.Reason, env("AFFIDO_USER", "<you>"), a.ID)
-				return []durable.Task{reminders.Notice(text, a.AskedAt)}
+				return []durable.Task{reminders.Notice(approvalNotice(a, env("AFFIDO_USER", "<you>")), a.AskedAt)}
 			},
 			// The manager hears every change of the next due time, so it
 			// can wake this sandbox even if the agent hangs at pause time.
@@ -220,12 +219,26 @@ func serve(ctx context.Context) error {
 	return srv.Shutdown(shutdown)
 }
 
-// truncate cuts s to n bytes, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// approvalNotice is the owner's notification of an approval: the call,
+// its hash, why it asks and what "allow always" would add.
+func approvalNotice(a durable.Approval, user string) string {
+	args := string(a.Arguments)
+	if len(args) > 1500 {
+		args = strings.ToValidUTF8(args[:1500], "") + fmt.Sprintf(" [cut: %d bytes in all; GET /u/%s/approvals shows them whole]", len(a.Arguments), user)
 	}
-	return s[:n] + "…"
+	always := "allow always is not offered (no narrow rule fits this call)"
+	if r, err := policy.Proposed(a); err == nil {
+		always = "allow always would add the rule: " + r.Describe()
+	}
+	if len(always) > 600 {
+		always = strings.ToValidUTF8(always[:600], "") + "…"
+	}
+	text := fmt.Sprintf("Your agent waits for your decision on approval %d: %s %s (sha256 %s). Why: %s. %s. Decide with POST /u/%s/approvals/%d.",
+		a.ID, a.Tool, args, a.SHA256, a.Reason, always, user, a.ID)
+	if len(text) > 3900 { // the gateway takes notifications of at most 4000 bytes
+		text = strings.ToValidUTF8(text[:3900], "") + "…"
+	}
+	return text
 }
 
 // wakeReporter reports the harness's next due time to the manager. The

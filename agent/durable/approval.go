@@ -61,7 +61,7 @@ type Approval struct {
 	CallID         string          `json:"call_id"`
 	Tool           string          `json:"tool"`
 	Arguments      json.RawMessage `json:"arguments"`
-	SHA256         string          `json:"sha256"` // of Arguments, exactly as the model sent them
+	SHA256         string          `json:"sha256"` // of Arguments, byte for byte as recorded (and as the tool gets them)
 	Reason         string          `json:"reason"`
 	AskedAt        time.Time       `json:"asked_at"`
 }
@@ -163,6 +163,13 @@ func (h *Harness) authorize(ctx context.Context, t Task, cp genCheckpoint, call 
 	if err != nil {
 		return nil, err
 	}
+	if outside == nil && cp.Outside != 0 { // the reply was written while it was in the context
+		e, err := h.store.Entry(ctx, cp.Outside)
+		if err != nil {
+			return nil, fmt.Errorf("outside text %d: %w", cp.Outside, err)
+		}
+		outside = &e
+	}
 	v, err := h.opts.Policy.Check(ctx, PolicyQuery{ConversationID: t.ConversationID, Tool: h.tools[call.Name], Call: call, Outside: outside, Store: h.store})
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -248,6 +255,13 @@ func (h *Harness) Decide(ctx context.Context, approvalID int64, decision, note s
 	return a, nil
 }
 
+// Waiting returns the approval if it still waits for the owner:
+// ErrNotFound for no such approval, ErrDecided for one decided already.
+func (h *Harness) Waiting(ctx context.Context, approvalID int64) (Approval, error) {
+	a, _, _, err := h.waitingOn(ctx, approvalID)
+	return a, err
+}
+
 // waitingOn loads an approval and the task waiting on it.
 func (h *Harness) waitingOn(ctx context.Context, approvalID int64) (Approval, Task, genCheckpoint, error) {
 	a, err := h.Approval(ctx, approvalID)
@@ -298,7 +312,8 @@ func (h *Harness) PendingApprovals(ctx context.Context) ([]Approval, error) {
 		}
 		a, err := h.Approval(ctx, cp.Waiting)
 		if err != nil {
-			return nil, err
+			h.opts.Log.Error("durable: a waiting task's approval cannot be read", "task", t.ID, "approval", cp.Waiting, "err", err)
+			continue
 		}
 		out = append(out, a)
 	}

@@ -258,3 +258,48 @@ func TestSummaryOfOutsideTextStaysOutsideText(t *testing.T) {
 		t.Fatalf("after compaction the policy heard %+v", q.Outside)
 	}
 }
+
+// allowUnlessOutside allows every call unless outside text is in the context.
+type allowUnlessOutside struct{}
+
+func (allowUnlessOutside) Check(_ context.Context, q durable.PolicyQuery) (durable.Verdict, error) {
+	if q.Outside != nil && !q.Tool.ReadOnly {
+		return durable.Verdict{Effect: durable.Ask, Reason: "outside text"}, nil
+	}
+	return durable.Verdict{Effect: durable.Allow}, nil
+}
+
+// The calls of one reply are judged by the context the model wrote them
+// in: a reset while the first waits does not let the second run unasked.
+func TestCallsOfATaintedReplyAskAfterAReset(t *testing.T) {
+	var runs atomic.Int32
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		if last := lastMsg(req); last.Role == "user" && strings.HasSuffix(last.Content, "] two") {
+			return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "a", Name: "poke", Arguments: json.RawMessage(`{"x":1}`)},
+				{ID: "b", Name: "poke", Arguments: json.RawMessage(`{"x":2}`)}}}, nil
+		}
+		return echo(req)
+	})
+	fetch := durable.Tool{Name: "fetch", ReadOnly: true, Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+		return durable.ToolResult{Output: "fetched", Outside: &durable.Outside{Text: "page", Data: json.RawMessage(`{"source":"http://x.test/"}`)}}, nil
+	}}
+	e := newEnv(t, durable.Options{Model: model, Policy: allowUnlessOutside{}, Tools: []durable.Tool{fetch, countingTool("poke", &runs)}})
+	e.settle(1, durable.Input{Text: `call fetch {}`})
+	sub := e.settle(1, durable.Input{Text: "two"})
+	first := e.pending()
+	if len(first) != 1 || string(first[0].Arguments) != `{"x":1}` {
+		t.Fatalf("pending %+v", first)
+	}
+	id, _ := e.store.MintID()
+	if err := e.h.Commit(ctx, durable.Writes{Entries: []durable.Entry{{ID: id, ConversationID: 1, Kind: durable.ResetMarker, Head: id, At: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.h.Decide(ctx, first[0].ID, durable.AllowOnce, "", durable.Writes{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitSettled(sub.ID)
+	second := e.pending()
+	if runs.Load() != 1 || len(second) != 1 || string(second[0].Arguments) != `{"x":2}` {
+		t.Fatalf("ran %d; pending %+v", runs.Load(), second)
+	}
+}

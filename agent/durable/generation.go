@@ -28,6 +28,10 @@ type genCheckpoint struct {
 	Rejections []string   `json:"rejections,omitempty"`
 	Waiting    int64      `json:"waiting,omitempty"` // the approval Calls[Next] waits on
 	Decided    *decided   `json:"decided,omitempty"` // the owner's decision on Calls[Next]
+	// Outside is the outside text entry that was in the context when the
+	// model wrote Calls: each of them is judged with it, even if the
+	// context is reset before it runs.
+	Outside int64 `json:"outside,omitempty"`
 }
 
 // GateInput is a model reply for the Gate to check.
@@ -135,6 +139,12 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 	if h.opts.Compaction.HardCap > 0 && c.Tokens > h.opts.Compaction.HardCap {
 		return h.fail(t, sub, "context_too_large", fmt.Sprintf("the context is about %d tokens, over the cap of %d; reset the conversation or wait for its summary", c.Tokens, h.opts.Compaction.HardCap))
 	}
+	var outside *Entry
+	if h.opts.Policy != nil {
+		if outside, err = h.outsideInContext(ctx, t.ConversationID); err != nil {
+			return StepResult{}, err
+		}
+	}
 	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, nil)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -184,6 +194,9 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 	cp.Attempt, cp.Rejections = 0, nil
 	if len(resp.ToolCalls) > 0 {
 		cp.Phase, cp.Calls, cp.Next, cp.Executing = phaseTools, resp.ToolCalls, 0, false
+		if outside != nil {
+			cp.Outside = outside.ID
+		}
 		t.Checkpoint, t.Deadline = mustRaw(cp), nil
 		t.State = Running
 		res.Task = t
@@ -335,6 +348,7 @@ func (summary) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, e
 	h := sc.h
 	var cp summaryCheckpoint
 	_ = json.Unmarshal(t.Checkpoint, &cp)
+	headBefore, _ := h.store.LatestHead(ctx, t.ConversationID)
 	c, err := h.BuildContext(ctx, t.ConversationID)
 	if err != nil {
 		return StepResult{}, err
@@ -372,12 +386,14 @@ func (summary) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, e
 		return StepResult{}, err
 	}
 	entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: SummaryEntry, Text: resp.Text, At: h.Now(), RunID: t.ID, Head: c.Entries[cut].ID}
+	// A reset (or another summary) while the model wrote this one: it
+	// summarizes a context that is gone, so it is dropped.
+	if headNow, _ := h.store.LatestHead(ctx, t.ConversationID); headNow.ID != headBefore.ID {
+		return StepResult{Task: t.end(h.Now(), Completed, "the context changed while summarizing"), Usage: modelUsage(t.ConversationID, resp)}, nil
+	}
 	// A summary written while reading outside text may carry it on, so it
 	// counts as outside text itself (see outsideInContext).
-	tainted := false
-	if head, err := h.store.LatestHead(ctx, t.ConversationID); err == nil && head.Kind == SummaryEntry && summaryHasOutside(head) {
-		tainted = true
-	}
+	tainted := headBefore.Kind == SummaryEntry && summaryHasOutside(headBefore)
 	for _, e := range c.Entries[:cut] {
 		tainted = tainted || e.Kind == OutsideText
 	}

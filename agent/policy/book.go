@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/internal/openai"
 )
 
 // rulesKey is the store setting that holds the rules.
@@ -140,18 +142,23 @@ func (b *Book) Remove(ctx context.Context, h *durable.Harness, conv, id int64) (
 
 // Decide records the owner's decision on an approval; "allow always" adds
 // the Proposed rule in the same commit. It returns the approval and the
-// rule added, if any (durable.ErrNotFound, durable.ErrDecided as Decide).
+// rule added, if any (durable.ErrNotFound, durable.ErrDecided as Decide;
+// ErrNoProposal for "allow always" on a call no narrow rule fits).
 func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64, decision, note string) (durable.Approval, *Rule, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, err := h.Approval(ctx, approvalID)
+	a, err := h.Waiting(ctx, approvalID)
 	if err != nil {
 		return a, nil, err
 	}
 	var extra durable.Writes
 	var added *Rule
 	if decision == durable.AllowAlways {
-		w, r, err := b.addWrites(ctx, h, a.ConversationID, Proposed(a))
+		p, err := Proposed(a)
+		if err != nil {
+			return a, nil, err
+		}
+		w, r, err := b.addWrites(ctx, h, a.ConversationID, p)
 		if err != nil {
 			return a, nil, err
 		}
@@ -168,6 +175,12 @@ func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64,
 func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdict, error) {
 	if q.Tool.Name == "" {
 		return durable.Verdict{Effect: durable.Allow}, nil // nothing runs: the harness answers "unknown tool"
+	}
+	// Go's decoder takes the last of two keys that differ only in case; a
+	// person reading the arguments may see the first. Such a call is
+	// refused, so what the owner approves is what runs.
+	if a := bytes.TrimSpace(q.Call.Arguments); len(a) > 0 && (a[0] != '{' || openai.CheckKeys(a) != nil) {
+		return durable.Verdict{Effect: durable.Deny, Reason: "The arguments must be one JSON object that names each key once (no duplicates, no keys that differ only in case)."}, nil
 	}
 	rules, err := b.Rules(ctx, q.Store)
 	if err != nil {

@@ -84,17 +84,35 @@ func TestNormalizeRefusesRulesThatCannotBeKept(t *testing.T) {
 }
 
 func TestProposedRules(t *testing.T) {
+	for _, c := range []struct{ tool, args string }{
+		{"shell", `{"command":""}`},
+		{"shell", `{"command":"   "}`},
+		{"fetch_url", `{"url":""}`},
+		{"fetch_url", `{"url":"x"}`},
+		{"write_file", `{"path":""}`},
+		{"write_file", `{"path":"../x"}`},
+	} {
+		if r, err := Proposed(durable.Approval{Tool: c.tool, Arguments: json.RawMessage(c.args)}); !errors.Is(err, ErrNoProposal) {
+			t.Errorf("%s %s: %s, want no proposal (it would allow every call)", c.tool, c.args, r.Describe())
+		}
+	}
+	cmd := Rule{Tool: "shell", When: Conditions{Command: "cd notes && rm old.txt"}}
+	if !cmd.matches(json.RawMessage(`{"command":"cd notes && rm old.txt"}`)) || cmd.matches(json.RawMessage(`{"command":"cd notes && rm old.txt -rf .."}`)) {
+		t.Fatal("an exact command rule must match that command only")
+	}
 	cases := []struct{ tool, args, want string }{
 		{"shell", `{"command":"ls -la notes"}`, `allow shell when the command starts with "ls "`},
-		{"shell", `{"command":"echo a; rm b"}`, `allow shell when the command starts with "echo a; rm b"`},
+		{"shell", `{"command":"echo a; rm b"}`, `allow shell when the command is "echo a; rm b"`},
+		{"shell", `{"command":"ls"}`, `allow shell when the command is "ls"`},
 		{"write_file", `{"path":"notes/day/1.txt","content":"x"}`, `allow write_file when the path is under "notes/day"`},
 		{"write_file", `{"path":"top.txt","content":"x"}`, `allow write_file when the path is under "top.txt"`},
 		{"fetch_url", `{"url":"https://Example.org/page"}`, `allow fetch_url when the host is "example.org"`},
 		{"set_reminder", `{"text":"x","after":"1m"}`, `allow set_reminder`},
 	}
 	for _, c := range cases {
-		if got := Proposed(durable.Approval{Tool: c.tool, Arguments: json.RawMessage(c.args)}).Describe(); got != c.want {
-			t.Errorf("%s %s: %q, want %q", c.tool, c.args, got, c.want)
+		r, err := Proposed(durable.Approval{Tool: c.tool, Arguments: json.RawMessage(c.args)})
+		if got := r.Describe(); err != nil || got != c.want {
+			t.Errorf("%s %s: %q %v, want %q", c.tool, c.args, got, err, c.want)
 		}
 	}
 }
@@ -133,6 +151,13 @@ func TestBookJudgesAndRecords(t *testing.T) {
 	}
 	if v := check(0, `{"command":"ls"}`, false); v.Effect != durable.Ask {
 		t.Fatalf("shell by default: %+v", v)
+	}
+	// Ambiguous arguments are refused whatever the rules say: Go would run
+	// the last "Command", a person may read the first.
+	for _, args := range []string{`{"command":"ls notes","Command":"rm -rf ."}`, `{"command":"ls","command":"rm"}`, `["ls"]`} {
+		if v := check(0, args, false); v.Effect != durable.Deny {
+			t.Fatalf("%s: %+v", args, v)
+		}
 	}
 	if v := check(1, `{"path":"a"}`, true); v.Effect != durable.Allow {
 		t.Fatalf("read_file by default, outside text or not: %+v", v)

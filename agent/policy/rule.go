@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +43,8 @@ type Conditions struct {
 	// holds no shell control character (; & | ` $ ( ) < > or a newline),
 	// so "ls " allows "ls -la notes" but not "ls; rm -rf notes".
 	CommandPrefix string `json:"command_prefix,omitempty"`
+	// Command (shell): the command is exactly this.
+	Command string `json:"command,omitempty"`
 	// PathPrefix (read_file, write_file, list_files): the cleaned path is
 	// this directory or file, or lies under it.
 	PathPrefix string `json:"path_prefix,omitempty"`
@@ -56,13 +59,18 @@ var ErrInvalidRule = errors.New("invalid rule")
 var ErrNoRule = errors.New("no such rule")
 
 // conditionsOf says which condition each tool's arguments can carry.
-var conditionsOf = map[string]string{
-	"shell":      "command_prefix",
-	"read_file":  "path_prefix",
-	"write_file": "path_prefix",
-	"list_files": "path_prefix",
-	"fetch_url":  "host",
+var conditionsOf = map[string][]string{
+	"shell":      {"command_prefix", "command"},
+	"read_file":  {"path_prefix"},
+	"write_file": {"path_prefix"},
+	"list_files": {"path_prefix"},
+	"fetch_url":  {"host"},
 }
+
+// ErrNoProposal is returned by Proposed for a call no narrow rule can be
+// built from (an empty command, a URL without a host): "allow always"
+// would allow every call of the tool, so the owner must allow it once.
+var ErrNoProposal = errors.New("no rule can be built from this call")
 
 // shellControl are the characters that would let a command do more than
 // the prefix a rule allows.
@@ -78,9 +86,9 @@ func normalize(r Rule, known func(string) bool) (Rule, error) {
 	default:
 		return r, fmt.Errorf("%w: effect must be allow, ask or deny, not %q", ErrInvalidRule, r.Effect)
 	}
-	set := map[string]string{"command_prefix": r.When.CommandPrefix, "path_prefix": r.When.PathPrefix, "host": r.When.Host}
+	set := map[string]string{"command_prefix": r.When.CommandPrefix, "command": r.When.Command, "path_prefix": r.When.PathPrefix, "host": r.When.Host}
 	for name, v := range set {
-		if v != "" && conditionsOf[r.Tool] != name {
+		if v != "" && !slices.Contains(conditionsOf[r.Tool], name) {
 			return r, fmt.Errorf("%w: %s takes no %s condition", ErrInvalidRule, r.Tool, name)
 		}
 		if len(v) > 1024 {
@@ -104,6 +112,9 @@ func normalize(r Rule, known func(string) bool) (Rule, error) {
 	if strings.TrimSpace(r.When.CommandPrefix) == "" && r.When.CommandPrefix != "" {
 		return r, fmt.Errorf("%w: command_prefix is blank", ErrInvalidRule)
 	}
+	if strings.TrimSpace(r.When.Command) == "" && r.When.Command != "" {
+		return r, fmt.Errorf("%w: command is blank", ErrInvalidRule)
+	}
 	return r, nil
 }
 
@@ -126,6 +137,9 @@ func (r Rule) matches(args json.RawMessage) bool {
 		if !ok || strings.ContainsAny(rest, shellControl) {
 			return false
 		}
+	}
+	if c := r.When.Command; c != "" && a.Command != c {
+		return false
 	}
 	if p := r.When.PathPrefix; p != "" {
 		c := path.Clean(a.Path) // "" is the workspace root, "."
@@ -157,6 +171,8 @@ func (r Rule) Describe() string {
 	switch {
 	case r.When.CommandPrefix != "":
 		s += fmt.Sprintf(" when the command starts with %q", r.When.CommandPrefix)
+	case r.When.Command != "":
+		s += fmt.Sprintf(" when the command is %q", r.When.Command)
 	case r.When.PathPrefix != "":
 		s += fmt.Sprintf(" when the path is under %q", r.When.PathPrefix)
 	case r.When.Host != "":
@@ -166,10 +182,12 @@ func (r Rule) Describe() string {
 }
 
 // Proposed is the rule "allow always" adds for an approval's call: the
-// host for fetch_url; the first word of a shell command (the whole command
-// when it holds control characters); the directory of a path; the tool
-// itself for the rest. The owner sees it before deciding.
-func Proposed(a durable.Approval) Rule {
+// host for fetch_url; for a shell command its first word ("ls "), or the
+// exact command when it holds control characters; the directory of a
+// path; the tool itself for tools that take no condition. ErrNoProposal
+// when the call gives nothing to narrow the rule by. The owner sees the
+// rule before deciding.
+func Proposed(a durable.Approval) (Rule, error) {
 	r := Rule{Tool: a.Tool, Effect: durable.Allow, FromApproval: a.ID}
 	var args struct {
 		Command string `json:"command"`
@@ -177,22 +195,32 @@ func Proposed(a durable.Approval) Rule {
 		URL     string `json:"url"`
 	}
 	_ = json.Unmarshal(a.Arguments, &args)
-	switch conditionsOf[a.Tool] {
-	case "command_prefix":
-		cmd := strings.TrimLeft(args.Command, " \t")
-		if word, _, ok := strings.Cut(cmd, " "); ok && !strings.ContainsAny(cmd, shellControl) && word != "" {
+	none := fmt.Errorf("%w: %s %s", ErrNoProposal, a.Tool, a.Arguments)
+	switch {
+	case slices.Contains(conditionsOf[a.Tool], "command_prefix"):
+		cmd := args.Command
+		word, _, spaced := strings.Cut(cmd, " ")
+		switch {
+		case strings.TrimSpace(cmd) == "":
+			return r, none
+		case spaced && word != "" && !strings.ContainsAny(cmd, shellControl):
 			r.When.CommandPrefix = word + " "
-		} else {
-			r.When.CommandPrefix = cmd
+		default:
+			r.When.Command = cmd
 		}
-	case "path_prefix":
-		if d := path.Dir(path.Clean(args.Path)); d != "." && d != "/" {
-			r.When.PathPrefix = d
-		} else {
-			r.When.PathPrefix = path.Clean(args.Path)
+	case slices.Contains(conditionsOf[a.Tool], "path_prefix"):
+		c := path.Clean(args.Path)
+		if c == "." || path.IsAbs(c) || c == ".." || strings.HasPrefix(c, "../") {
+			return r, none
 		}
-	case "host":
-		r.When.Host = hostOf(args.URL)
+		if d := path.Dir(c); d != "." {
+			c = d
+		}
+		r.When.PathPrefix = c
+	case slices.Contains(conditionsOf[a.Tool], "host"):
+		if r.When.Host = hostOf(args.URL); r.When.Host == "" {
+			return r, none
+		}
 	}
-	return r
+	return r, nil
 }

@@ -22,12 +22,18 @@ import (
 // "allow always" would add, shown before it is saved.
 type approvalView struct {
 	durable.Approval
-	Status       string      `json:"status"`
-	ProposedRule policy.Rule `json:"proposed_rule"`
+	Status string `json:"status"`
+	// ProposedRule is absent when no narrow rule fits the call: then
+	// "allow always" is refused and the owner allows it once.
+	ProposedRule *policy.Rule `json:"proposed_rule,omitempty"`
 }
 
 func viewOf(a durable.Approval, status string) approvalView {
-	return approvalView{Approval: a, Status: status, ProposedRule: policy.Proposed(a)}
+	v := approvalView{Approval: a, Status: status}
+	if r, err := policy.Proposed(a); err == nil {
+		v.ProposedRule = &r
+	}
+	return v
 }
 
 func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
@@ -84,8 +90,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, durable.ErrDecided):
 		problem.Write(w, http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already", id))
 		return
-	case errors.Is(err, policy.ErrInvalidRule):
-		problem.Write(w, http.StatusBadRequest, "bad-rule", err.Error())
+	case errors.Is(err, policy.ErrNoProposal), errors.Is(err, policy.ErrInvalidRule):
+		problem.Write(w, http.StatusBadRequest, "no-rule", "allow always needs a rule narrower than the whole tool, and none fits this call; allow it once, or add a rule with POST /rules: "+err.Error())
 		return
 	case err != nil:
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())

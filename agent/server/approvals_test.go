@@ -89,6 +89,9 @@ func TestApprovalsAskDecideOnce(t *testing.T) {
 	if code, m := a.do("POST", "/approvals/"+id, `{"decision":"deny"}`); code != 409 {
 		t.Fatalf("deciding twice: %d %v", code, m)
 	}
+	if code, m := a.do("POST", "/approvals/"+id, `{"decision":"allow_always"}`); code != 409 {
+		t.Fatalf("allow always on a decided approval: %d %v", code, m)
+	}
 	// The same call again asks again; a deny reaches the model with its note.
 	id2, _ := a.waitingApproval(a.prompt("run: echo once >> count.txt"))
 	if id2 == id {
@@ -229,6 +232,25 @@ func TestOutsideTextMakesAllowedCallsAsk(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(a.ws, "pwned")); err == nil {
 		t.Fatal("the page's instruction ran")
+	}
+}
+
+// "allow always" is refused for a call no narrow rule fits (it would
+// allow the whole tool); the approval still waits and can be allowed once.
+func TestAllowAlwaysNeedsANarrowRule(t *testing.T) {
+	a := newAgent(t)
+	id, view := a.waitingApproval(a.prompt("fetch not-a-url"))
+	if view["proposed_rule"] != nil {
+		t.Fatalf("a rule was proposed for %v", view)
+	}
+	if code, m := a.do("POST", "/approvals/"+id, `{"decision":"allow_always"}`); code != 400 {
+		t.Fatalf("allow always: %d %v", code, m)
+	}
+	if _, rules := a.do("GET", "/rules", ""); len(rules["rules"].([]any)) != 0 {
+		t.Fatalf("a rule was added: %v", rules)
+	}
+	if m := a.decideRun(id, `{"decision":"allow_once"}`); m["status"] != "done" || !strings.Contains(m["reply"].(string), "bad-url") && !strings.Contains(m["reply"].(string), "bad url") {
+		t.Fatalf("allow once: %v", m)
 	}
 }
 

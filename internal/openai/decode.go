@@ -22,7 +22,7 @@ var ErrAmbiguousKey = errors.New("duplicate or case-variant JSON key")
 // re-encoded: never the bytes it was given.
 func DecodeRequest(raw []byte) (ChatRequest, error) {
 	var req ChatRequest
-	if err := checkKeys(raw); err != nil {
+	if err := CheckKeys(raw); err != nil {
 		return req, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -36,8 +36,9 @@ func DecodeRequest(raw []byte) (ChatRequest, error) {
 	return req, nil
 }
 
-// checkKeys walks raw and refuses any object with an ambiguous key.
-func checkKeys(raw []byte) error {
+// CheckKeys walks the JSON value raw and refuses any object in it with an
+// ambiguous key (see ErrAmbiguousKey).
+func CheckKeys(raw []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var walk func() error

@@ -121,18 +121,30 @@ func (h *Web) get(ctx context.Context, u *url.URL) (gatewayapi.Page, string, int
 	req.Header.Set("User-Agent", "Affido-fetch/1 (an agent fetching for its owner)")
 	req.Header.Set("Accept", "text/html, text/plain;q=0.9, */*;q=0.5")
 	resp, err := h.Client.Do(req)
-	switch {
-	case errors.Is(err, outbound.ErrRefused), errors.Is(err, outbound.ErrTooManyRedirects):
-		return gatewayapi.Page{}, gatewayapi.ProblemRefused, http.StatusForbidden, fmt.Errorf("fetch %s refused: %w", u.Redacted(), err)
-	case ctx.Err() != nil:
-		return gatewayapi.Page{}, gatewayapi.ProblemFailed, http.StatusGatewayTimeout, fmt.Errorf("fetch %s: no answer within %s", u.Redacted(), gatewayapi.FetchTimeout)
-	case err != nil:
-		return gatewayapi.Page{}, gatewayapi.ProblemFailed, http.StatusBadGateway, fmt.Errorf("fetch %s: %w", u.Redacted(), err)
+	if err != nil {
+		// The error names what the site sent (a redirect's Location, a
+		// status line, a certificate's names): text the model must not read
+		// unmarked. It goes to the log; the answer says only what happened.
+		h.Log.Info("gateway: fetch error", "url", u.Redacted(), "err", err)
+		var tmo interface{ Timeout() bool }
+		switch {
+		case errors.Is(err, outbound.ErrTooManyRedirects):
+			return gatewayapi.Page{}, gatewayapi.ProblemRefused, http.StatusForbidden,
+				fmt.Errorf("fetch %s refused: more than %d redirects", u.Redacted(), outbound.MaxRedirects)
+		case errors.Is(err, outbound.ErrRefused):
+			return gatewayapi.Page{}, gatewayapi.ProblemRefused, http.StatusForbidden,
+				fmt.Errorf("fetch %s refused: it, or a redirect from it, leads to an address or scheme the outbound guard refuses (loopback, private, link-local, the control network, the sandbox pool; http and https only)", u.Redacted())
+		case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.As(err, &tmo) && tmo.Timeout():
+			return gatewayapi.Page{}, gatewayapi.ProblemFailed, http.StatusGatewayTimeout,
+				fmt.Errorf("fetch %s: no answer within %s", u.Redacted(), gatewayapi.FetchTimeout)
+		}
+		return gatewayapi.Page{}, gatewayapi.ProblemFailed, http.StatusBadGateway, fmt.Errorf("fetch %s: the site could not be reached", u.Redacted())
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, gatewayapi.FetchMaxBytes+1))
 	if err != nil && len(body) == 0 {
-		return gatewayapi.Page{}, gatewayapi.ProblemFailed, http.StatusBadGateway, fmt.Errorf("fetch %s: read the body: %w", u.Redacted(), err)
+		h.Log.Info("gateway: fetch body", "url", u.Redacted(), "err", err)
+		return gatewayapi.Page{}, gatewayapi.ProblemFailed, http.StatusBadGateway, fmt.Errorf("fetch %s: the body could not be read", u.Redacted())
 	}
 	truncated := len(body) > gatewayapi.FetchMaxBytes
 	if truncated {
@@ -151,7 +163,7 @@ func (h *Web) get(ctx context.Context, u *url.URL) (gatewayapi.Page, string, int
 	case media == "text/html" || media == "application/xhtml+xml":
 		p.Title, p.Text, err = HTMLText(bytes.NewReader(body))
 		if err != nil {
-			return p, gatewayapi.ProblemNotText, http.StatusUnsupportedMediaType, fmt.Errorf("fetch %s: unreadable HTML: %w", u.Redacted(), err)
+			return p, gatewayapi.ProblemNotText, http.StatusUnsupportedMediaType, fmt.Errorf("fetch %s: the HTML could not be read", u.Redacted())
 		}
 	case strings.HasPrefix(media, "text/") || media == "application/json" || strings.HasSuffix(media, "+json") ||
 		media == "application/xml" || strings.HasSuffix(media, "+xml"):
@@ -160,7 +172,7 @@ func (h *Web) get(ctx context.Context, u *url.URL) (gatewayapi.Page, string, int
 		}
 		p.Text = strings.ToValidUTF8(string(body), "\uFFFD")
 	default:
-		return p, gatewayapi.ProblemNotText, http.StatusUnsupportedMediaType, fmt.Errorf("fetch %s: %s is not text", u.Redacted(), media)
+		return p, gatewayapi.ProblemNotText, http.StatusUnsupportedMediaType, fmt.Errorf("fetch %s: the body is not text (%.60q)", u.Redacted(), media)
 	}
 	return p, "", 0, nil
 }
