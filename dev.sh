@@ -17,6 +17,7 @@ export AFFIDO_PROVIDER=${AFFIDO_PROVIDER:-fake}
 BUILD=.build
 DEV_USER=dev-user
 DEV_TOKEN=dev-token
+DEV_PASSWORD=dev-password # the web client's sign-in, dev only
 IMAGES=(affido/agent:dev affido/manager:dev affido/caddy:dev affido/postgres:15 affido/debian:bookworm affido/probe:test)
 
 usage() {
@@ -193,6 +194,7 @@ INSERT INTO session (token, user_id, expires_at) VALUES ('$DEV_TOKEN', '$DEV_USE
 
 seed_dev_session() {
   docker exec -i "$(compose ps -q oltp)" psql -q -U affido -d affido -v ON_ERROR_STOP=1 -c "$DEV_SQL" >/dev/null
+  printf '%s\n' "$DEV_PASSWORD" | docker exec -i "$(manager_id)" /bin/affido admin password "$DEV_USER" >/dev/null
 }
 
 port_free_or_ours() {
@@ -258,6 +260,9 @@ Affido is up on http://127.0.0.1:$AFFIDO_PORT (provider: $AFFIDO_PROVIDER)
 Try it (the first request provisions $DEV_USER's sandbox):
   curl -H 'Cookie: better-auth.session_token=$DEV_TOKEN' http://127.0.0.1:$AFFIDO_PORT/u/$DEV_USER/health
   ./dev.sh status
+Sign in (dev only): user $DEV_USER, password $DEV_PASSWORD
+  curl -c jar -H 'Content-Type: application/json' -X POST http://127.0.0.1:$AFFIDO_PORT/auth/sign-in \\
+    -d '{"user":"$DEV_USER","password":"$DEV_PASSWORD"}'
 EOF
 }
 

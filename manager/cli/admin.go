@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,10 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/affido/affido/manager/account"
 )
 
 // adminSocket is where the running manager's admin API listens.
@@ -110,6 +114,8 @@ func adminCmd() *cobra.Command {
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
 		spendCmd(),
+		inviteCmd(),
+		passwordCmd(),
 		&cobra.Command{
 			Use:   "notify USER URL",
 			Short: "Send USER's notifications (reminders) to an ntfy-compatible URL (\"\" for none)",
@@ -167,4 +173,51 @@ func spendCmd() *cobra.Command {
 	cmd.Flags().StringVar(&daily, "daily", "", "USER's daily limit in USD")
 	cmd.Flags().StringVar(&monthly, "monthly", "", "USER's monthly limit in USD")
 	return cmd
+}
+
+// inviteCmd prints an invite code with which USER signs up in the web
+// client (POST /auth/sign-up with the code), once, before it expires.
+func inviteCmd() *cobra.Command {
+	var ttl string
+	cmd := &cobra.Command{
+		Use:   "invite USER [--ttl 72h]",
+		Short: "Print an invite code for USER to sign up in the web client",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var m map[string]string
+			if err := adminCall(http.MethodPost, "/admin/invite", url.Values{"user": {args[0]}, "ttl": {ttl}}, &m); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), m["invite"])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&ttl, "ttl", "72h", "how long the invite is valid")
+	return cmd
+}
+
+// passwordCmd sets USER's password (creating USER if needed) from the
+// first line of standard input; it is hashed here, before it is sent.
+func passwordCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "password USER < password",
+		Short: "Create USER if needed and set their web client password (read from standard input)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			line, err := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+			if err != nil && line == "" {
+				return fmt.Errorf("read the password from standard input: %w", err)
+			}
+			hash, err := account.Hash(strings.TrimRight(line, "\r\n"), account.DefaultParams)
+			if err != nil {
+				return err
+			}
+			var m map[string]string
+			if err := adminCall(http.MethodPost, "/admin/password", url.Values{"user": {args[0]}, "hash": {hash}}, &m); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "password set for %s\n", args[0])
+			return nil
+		},
+	}
 }

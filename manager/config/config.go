@@ -52,6 +52,7 @@ type Config struct {
 	SearchProvider   string                 // AFFIDO_SEARCH_PROVIDER: scripted or brave
 	SearchURL        string                 // AFFIDO_SEARCH_URL: the provider's endpoint
 	SearchKey        string                 // AFFIDO_SEARCH_KEY, or the file AFFIDO_SEARCH_KEY_FILE
+	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 }
 
 func list(s string) []string {
@@ -121,6 +122,13 @@ func Load() (Config, error) {
 			errs = append(errs, fmt.Errorf("AFFIDO_OPENROUTER_KEY_FILE: %w", err))
 		}
 		c.OpenRouterKey = strings.TrimSpace(string(b))
+	}
+	switch v := str("AFFIDO_OPEN_SIGNUP", "false"); v {
+	case "true", "1":
+		c.OpenSignUp = true
+	case "false", "0":
+	default:
+		errs = append(errs, fmt.Errorf("AFFIDO_OPEN_SIGNUP: want true or false, got %q", v))
 	}
 	c.SearchProvider = str("AFFIDO_SEARCH_PROVIDER", "scripted")
 	c.SearchURL = os.Getenv("AFFIDO_SEARCH_URL")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
@@ -113,6 +114,32 @@ func (a *Admin) Handler() http.Handler {
 		}
 		writeJSON(w, map[string]string{"user": user, "token": tok})
 		return nil
+	}))
+	mux.HandleFunc("POST /admin/invite", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		ttl := 72 * time.Hour
+		if s := r.URL.Query().Get("ttl"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				problem.Write(w, http.StatusBadRequest, "bad-ttl", "ttl must be a positive Go duration such as 72h")
+				return nil
+			}
+			ttl = d
+		}
+		code, err := a.Store.CreateInvite(r.Context(), user, ttl)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, map[string]string{"user": user, "invite": code, "expires_at": time.Now().Add(ttl).UTC().Format(time.RFC3339)})
+		return nil
+	}))
+	// The CLI hashes the password itself; only the hash crosses the socket.
+	mux.HandleFunc("POST /admin/password", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
+		hash := r.URL.Query().Get("hash")
+		if _, err := account.Verify("", hash); err != nil {
+			problem.Write(w, http.StatusBadRequest, "bad-hash", "hash must be an argon2id PHC string")
+			return nil
+		}
+		return a.Store.SetPassword(r.Context(), user, hash)
 	}))
 	return mux
 }

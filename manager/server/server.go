@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
@@ -102,8 +103,16 @@ type Server struct {
 	// NotifyQueueMax caps a user's pending notifications (default 100).
 	NotifyQueueMax int
 
+	// Accounts, if set, serves sign-in, sign-up and the owner's sessions
+	// and API tokens; OpenSignUp lets anyone sign up without an invite.
+	Accounts   Accounts
+	OpenSignUp bool
+	SessionTTL time.Duration  // default DefaultSessionTTL
+	HashParams account.Params // default account.DefaultParams
+
 	throttleOnce sync.Once
 	throttle     *authThrottle
+	signInState
 }
 
 // Failed authentications per source address: 20 at once, then one more
@@ -148,6 +157,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/gateway/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")
 	})
+	if s.Accounts != nil {
+		s.authRoutes(mux)
+	}
 	mux.HandleFunc("GET /app/", s.app)
 	mux.HandleFunc("/auth/", notYet)
 	mux.HandleFunc("/api/", notYet)

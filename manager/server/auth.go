@@ -1,0 +1,350 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// Accounts is the web client's account store (the registry).
+type Accounts interface {
+	// PasswordHash returns registry.ErrUnauthenticated for a user that does
+	// not exist or has no password.
+	PasswordHash(ctx context.Context, user string) (string, error)
+	CreateSession(ctx context.Context, user, userAgent string, ttl time.Duration) (string, error)
+	DeleteSession(ctx context.Context, token string) error
+	Sessions(ctx context.Context, user, current string) ([]registry.SessionInfo, error)
+	// RevokeSession and RevokeToken return registry.ErrNotFound for an id
+	// the user does not have.
+	RevokeSession(ctx context.Context, user string, id int64) error
+	CreateNamedToken(ctx context.Context, user, name string) (registry.TokenInfo, string, error)
+	Tokens(ctx context.Context, user string) ([]registry.TokenInfo, error)
+	RevokeToken(ctx context.Context, user string, id int64) error
+	// SignUp returns registry.ErrBadInvite or registry.ErrUserExists.
+	SignUp(ctx context.Context, user, hash, invite string, open bool) error
+}
+
+// DefaultSessionTTL is how long a web session lasts.
+const DefaultSessionTTL = 30 * 24 * time.Hour
+
+// Failed sign-ins per user name, on top of the per-address throttle: 5 at
+// once, then one more every 3 s, so guessing one account from many
+// addresses is slow too.
+const (
+	signInBurst = 5
+	signInEvery = 3 * time.Second
+)
+
+// authRoutes adds sign-in, sign-up, sign-out and the owner's account routes.
+func (s *Server) authRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /auth/sign-in", s.signIn)
+	mux.HandleFunc("POST /auth/sign-out", s.signOut)
+	mux.HandleFunc("POST /auth/sign-up", s.signUp)
+	mux.HandleFunc("GET /api/me", s.me)
+	mux.HandleFunc("GET /api/sessions", s.sessions)
+	mux.HandleFunc("DELETE /api/sessions/{id}", s.revokeSession)
+	mux.HandleFunc("GET /api/tokens", s.tokens)
+	mux.HandleFunc("POST /api/tokens", s.createToken)
+	mux.HandleFunc("DELETE /api/tokens/{id}", s.revokeToken)
+}
+
+func (s *Server) signInThrottle() *authThrottle {
+	s.signInOnce.Do(func() { s.signInThr = newAuthThrottle(signInEvery, signInBurst) })
+	return s.signInThr
+}
+
+// authBody reads the JSON body of an /auth write. Such a write must come
+// from this origin and say JSON, cookie or not: another site must not sign
+// a browser in (login CSRF) or out.
+func authBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := checkCookieWrite(r, r.Method, r.URL.Path); err != nil {
+		problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
+		return false
+	}
+	if v == nil {
+		return true
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil || dec.More() {
+		problem.Write(w, http.StatusBadRequest, "bad-json", fmt.Sprintf("the body is not the expected JSON: %v", err))
+		return false
+	}
+	return true
+}
+
+// setSession sets (or, with token "", clears) the session cookie: HttpOnly,
+// SameSite=Lax, Secure when the client came over TLS.
+func setSession(w http.ResponseWriter, r *http.Request, token string, ttl time.Duration) {
+	c := &http.Cookie{Name: SessionCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode,
+		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")}
+	if token == "" {
+		c.MaxAge = -1
+	} else {
+		c.MaxAge = int(ttl.Seconds())
+	}
+	http.SetCookie(w, c)
+}
+
+func (s *Server) sessionTTL() time.Duration {
+	if s.SessionTTL > 0 {
+		return s.SessionTTL
+	}
+	return DefaultSessionTTL
+}
+
+func (s *Server) hashParams() account.Params {
+	if s.HashParams != (account.Params{}) {
+		return s.HashParams
+	}
+	return account.DefaultParams
+}
+
+type credentialsBody struct {
+	User     string `json:"user"`
+	Password string `json:"password"`
+	Invite   string `json:"invite,omitempty"`
+}
+
+// signIn checks a user's password and starts a session. Wrong passwords
+// (and unknown users, which answer the same) are throttled per address and
+// per user name.
+func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
+	var body credentialsBody
+	if !authBody(w, r, &body) {
+		return
+	}
+	if body.Invite != "" {
+		problem.Write(w, http.StatusBadRequest, "bad-json", "an invite goes to /auth/sign-up")
+		return
+	}
+	src := sourceAddr(r)
+	for _, key := range []string{src, "user:" + body.User} {
+		thr := s.authThrottle()
+		if strings.HasPrefix(key, "user:") {
+			thr = s.signInThrottle()
+		}
+		if wait, blocked := thr.blocked(key); blocked {
+			problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
+				"too many failed sign-ins; try again later")
+			return
+		}
+	}
+	hash, err := s.Accounts.PasswordHash(r.Context(), body.User)
+	ok := false
+	switch {
+	case errors.Is(err, registry.ErrUnauthenticated):
+		// Spend the same time as a real check, so timing does not tell
+		// which user names exist.
+		_, _ = account.Verify(body.Password, s.dummyHash())
+	case err != nil:
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	default:
+		ok, err = account.Verify(body.Password, hash)
+		if err != nil {
+			s.Log.Error("sign-in: stored hash unreadable", "user", body.User, "err", err)
+		}
+	}
+	if !ok {
+		s.authThrottle().failed(src)
+		s.signInThrottle().failed("user:" + body.User)
+		problem.Write(w, http.StatusUnauthorized, "wrong-password", "wrong user name or password")
+		return
+	}
+	s.startSession(w, r, body.User)
+}
+
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, user string) {
+	token, err := s.Accounts.CreateSession(r.Context(), user, r.UserAgent(), s.sessionTTL())
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	setSession(w, r, token, s.sessionTTL())
+	writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
+}
+
+// dummyHash is a hash of nothing anyone knows, with the current parameters.
+func (s *Server) dummyHash() string {
+	s.dummyOnce.Do(func() {
+		s.dummy, _ = account.Hash(registry.NewToken(), s.hashParams())
+	})
+	return s.dummy
+}
+
+func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
+	if !authBody(w, r, nil) {
+		return
+	}
+	if session, _ := credentials(r); session != "" {
+		if err := s.Accounts.DeleteSession(r.Context(), session); err != nil {
+			problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+			return
+		}
+	}
+	setSession(w, r, "", 0)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// signUp creates an account: with an invite (affido admin invite), or
+// without one when the operator turned open sign-up on.
+func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
+	var body credentialsBody
+	if !authBody(w, r, &body) {
+		return
+	}
+	if !provision.ValidUser(body.User) {
+		problem.Write(w, http.StatusBadRequest, "bad-user", "a user name is 1 to 64 letters, digits, _ or -")
+		return
+	}
+	if wait, blocked := s.authThrottle().blocked(sourceAddr(r)); blocked {
+		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures", "too many failed attempts; try again later")
+		return
+	}
+	if body.Invite == "" && !s.OpenSignUp {
+		problem.Write(w, http.StatusForbidden, "sign-up-closed", "sign-up needs an invite from the operator (affido admin invite USER)")
+		return
+	}
+	hash, err := account.Hash(body.Password, s.hashParams())
+	if errors.Is(err, account.ErrWeakPassword) {
+		problem.Write(w, http.StatusBadRequest, "bad-password", fmt.Sprintf("a password is %d to %d bytes", account.MinPassword, account.MaxPassword))
+		return
+	} else if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "hash", err.Error())
+		return
+	}
+	err = s.Accounts.SignUp(r.Context(), body.User, hash, body.Invite, s.OpenSignUp)
+	switch {
+	case errors.Is(err, registry.ErrBadInvite):
+		s.authThrottle().failed(sourceAddr(r))
+		problem.Write(w, http.StatusForbidden, "bad-invite", "the invite is unknown, used, expired or for another user")
+		return
+	case errors.Is(err, registry.ErrUserExists):
+		problem.Write(w, http.StatusConflict, "user-exists", "that user name is taken")
+		return
+	case err != nil:
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	s.startSession(w, r, body.User)
+}
+
+// owner authenticates a request to the owner's account routes.
+func (s *Server) owner(w http.ResponseWriter, r *http.Request) (string, bool) {
+	user, _, ok := s.authorize(w, r, "", r.Method, r.URL.Path)
+	return user, ok
+}
+
+func (s *Server) me(w http.ResponseWriter, r *http.Request) {
+	if user, ok := s.owner(w, r); ok {
+		writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
+	}
+}
+
+func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	current, _ := credentials(r)
+	list, err := s.Accounts.Sessions(r.Context(), user, current)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"sessions": list})
+}
+
+func (s *Server) tokens(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	list, err := s.Accounts.Tokens(r.Context(), user)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"tokens": list})
+}
+
+// createToken makes a named API token; the answer is the only time the
+// token is shown.
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		Name string `json:"name"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || strings.TrimSpace(body.Name) == "" || len(body.Name) > 100 {
+		problem.Write(w, http.StatusBadRequest, "bad-token-name", `send {"name": "..."} (1 to 100 bytes)`)
+		return
+	}
+	info, token, err := s.Accounts.CreateNamedToken(r.Context(), user, body.Name)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusCreated, map[string]any{"id": info.ID, "name": info.Name, "created_at": info.CreatedAt,
+		"token": token, "note": "this is the only time the token is shown"})
+}
+
+func (s *Server) revokeSession(w http.ResponseWriter, r *http.Request) {
+	s.revoke(w, r, "session", s.Accounts.RevokeSession)
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
+	s.revoke(w, r, "token", s.Accounts.RevokeToken)
+}
+
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request, what string, del func(context.Context, string, int64) error) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		problem.Write(w, http.StatusBadRequest, "bad-id", "an id is a positive integer")
+		return
+	}
+	err = del(r.Context(), user, id)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		problem.Write(w, http.StatusNotFound, "unknown-"+what, fmt.Sprintf("no %s %d", what, id))
+	case err != nil:
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+	default:
+		writeJSONStatus(w, http.StatusOK, map[string]any{"revoked": id})
+	}
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// signInState is the Server's lazily made sign-in state.
+type signInState struct {
+	signInOnce sync.Once
+	signInThr  *authThrottle
+	dummyOnce  sync.Once
+	dummy      string
+}
