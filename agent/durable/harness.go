@@ -257,6 +257,7 @@ func (h *Harness) Close() error {
 	h.mu.Unlock()
 	h.cancel()
 	h.wg.Wait()
+	h.notify()
 	return h.store.Close()
 }
 
@@ -532,6 +533,7 @@ func (h *Harness) Submit(ctx context.Context, conv int64, in Input) (Submission,
 		return Submission{}, fmt.Errorf("submit: %w", err)
 	}
 	h.poke()
+	h.notify()
 	return sub, nil
 }
 
@@ -559,7 +561,18 @@ func (h *Harness) Commit(ctx context.Context, w Writes) error {
 		return err
 	}
 	h.poke()
+	h.notify()
 	return nil
+}
+
+// Changed returns a channel closed at the next commit the harness makes or
+// is asked to make (a step, a submission, Commit), or when it closes.
+func (h *Harness) Changed() <-chan struct{} {
+	c := h.watch()
+	if h.Closed() {
+		h.notify()
+	}
+	return c
 }
 
 // Wake makes the scheduler look at due work now (after an unpause).

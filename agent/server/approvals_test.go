@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func (a *agent) waitingApproval(m map[string]any) (id string, view map[string]any) {
@@ -265,5 +267,81 @@ func TestWebSearchIsOutsideText(t *testing.T) {
 	m := a.decideRun(id, `{"decision":"allow_once"}`)
 	if !strings.Contains(m["reply"].(string), "outside text from web_search (scripted)") || !strings.Contains(m["reply"].(string), "example.org/affido") {
 		t.Fatalf("search: %v", m)
+	}
+}
+
+// The event stream sends every new entry with its id; a reconnect with
+// Last-Event-ID resumes after it, with nothing repeated or skipped.
+func TestEventsStreamEntriesAndResume(t *testing.T) {
+	a := newAgent(t)
+	if code, _ := a.do("GET", "/events?after=x", ""); code != 400 {
+		t.Fatalf("bad after: %d", code)
+	}
+	open := func(last string) (*bufio.Reader, func()) {
+		req, _ := http.NewRequest("GET", a.http.URL+"/events", nil)
+		if last != "" {
+			req.Header.Set("Last-Event-ID", last)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("events: %v %v", resp, err)
+		}
+		return bufio.NewReader(resp.Body), func() { resp.Body.Close() }
+	}
+	// next reads events until one of kind entry; it returns its id and kind.
+	next := func(rd *bufio.Reader) (string, string) {
+		var id, event, data string
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				t.Fatalf("stream ended: %v", err)
+			}
+			line = strings.TrimRight(line, "\n")
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				data = line[6:]
+			case line == "" && event == "entry":
+				var e struct{ Kind string }
+				json.Unmarshal([]byte(data), &e)
+				return id, e.Kind
+			case line == "":
+				id, event, data = "", "", ""
+			}
+		}
+	}
+	rd, stop := open("")
+	a.prompt("hello stream")
+	id1, k1 := next(rd)
+	id2, k2 := next(rd)
+	if k1 != "owner_message" || k2 != "assistant_message" {
+		t.Fatalf("kinds %s %s", k1, k2)
+	}
+	stop()
+	a.prompt("second")
+	rd, stop = open(id1)
+	defer stop()
+	got := []string{}
+	for range 3 {
+		id, _ := next(rd)
+		got = append(got, id)
+	}
+	if got[0] != id2 {
+		t.Fatalf("resume after %s: %v, want %s first", id1, got, id2)
+	}
+	// Someone is watching: the manager's pause is refused until the stream closes.
+	if code, _ := a.do("POST", "/pause?if_idle=1", ""); code != 409 {
+		t.Fatalf("pause while a stream is open: %d", code)
+	}
+	stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for code, _ := a.do("POST", "/pause?if_idle=1", ""); code != 200; code, _ = a.do("POST", "/pause?if_idle=1", "") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pause after the stream closed: %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

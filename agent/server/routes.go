@@ -58,6 +58,38 @@ func (s *Server) writeConversation(w http.ResponseWriter, r *http.Request, h *du
 	writeJSON(w, http.StatusOK, map[string]any{"conversation_id": c.ID, "title": c.Title, "created_at": c.CreatedAt, "entry_count": n, "settings": c.Settings})
 }
 
+// sessions lists the conversations, newest first, with the current one.
+func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
+	h, conv, ok := s.current(w, r)
+	if !ok {
+		return
+	}
+	p, err := h.Store().Conversations(r.Context(), durable.Scan{Order: durable.Desc, Limit: 200, Cursor: r.URL.Query().Get("cursor")})
+	if errors.Is(err, durable.ErrBadCursor) {
+		problem.Write(w, http.StatusBadRequest, "bad-cursor", err.Error())
+		return
+	} else if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"current": conv, "conversations": p.Items, "next": p.Next})
+}
+
+// models lists the models the gateway serves (for a model picker).
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	list := []string{s.cfg.DefaultModel}
+	if s.cfg.Models != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		var err error
+		if list, err = s.cfg.Models(ctx); err != nil {
+			problem.Write(w, http.StatusBadGateway, "gateway-unavailable", "cannot list the models: "+err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"default": s.cfg.DefaultModel, "models": list})
+}
+
 func (s *Server) sessionNew(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Title     string `json:"title"`

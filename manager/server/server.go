@@ -25,6 +25,7 @@ import (
 	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
+	"github.com/affido/affido/manager/web"
 )
 
 // SessionCookie is the web client's session cookie.
@@ -159,23 +160,26 @@ func (s *Server) Handler() http.Handler {
 	})
 	if s.Accounts != nil {
 		s.authRoutes(mux)
+		(&web.Handler{Sessions: s.Auth, Cookie: SessionCookie, Log: s.Log}).Register(mux)
+	} else {
+		mux.HandleFunc("GET /app/", s.app)
 	}
-	mux.HandleFunc("GET /app/", s.app)
-	mux.HandleFunc("/auth/", notYet)
-	mux.HandleFunc("/api/", notYet)
+	mux.HandleFunc("/auth/", notFound)
+	mux.HandleFunc("/api/", notFound)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such route")
 	})
 	return mux
 }
 
-func notYet(w http.ResponseWriter, r *http.Request) {
-	problem.Write(w, http.StatusNotFound, "not-found", "this route is reserved for the web client, which has not landed yet")
+func notFound(w http.ResponseWriter, r *http.Request) {
+	problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 }
 
+// app answers /app/ when there are no accounts to sign in with (tests).
 func (s *Server) app(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write([]byte("<!doctype html><title>Affido</title><h1>Affido</h1><p>The web client is not built yet. Use the HTTP API under <code>/u/&lt;user&gt;/</code>.</p>\n"))
+	_, _ = w.Write([]byte("<!doctype html><title>Affido</title><h1>Affido</h1><p>No accounts are configured here. Use the HTTP API under <code>/u/&lt;user&gt;/</code>.</p>\n"))
 }
 
 // credentials returns the session token or bearer token of r.

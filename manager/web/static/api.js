@@ -1,0 +1,33 @@
+// api: the HTTP API the page uses, the same routes curl uses. Writes send
+// JSON (the manager refuses cookie writes that are not same-origin JSON).
+export const user = document.body.dataset.user;
+export const agent = `/u/${encodeURIComponent(user)}`;
+
+export class APIError extends Error {
+  constructor(status, problem) {
+    super(problem.detail || problem.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+export async function call(method, path, body) {
+  const opts = { method, credentials: 'same-origin', headers: {} };
+  if (body !== undefined || method !== 'GET') {
+    opts.headers['Content-Type'] = 'application/json';
+    opts.body = body === undefined ? '' : JSON.stringify(body);
+  }
+  const resp = await fetch(path, opts);
+  if (resp.status === 401) {
+    location.assign('/app/sign-in');
+    throw new APIError(401, { title: 'signed out' });
+  }
+  const text = await resp.text();
+  let data = {};
+  try { data = text ? JSON.parse(text) : {}; } catch { data = { detail: text }; }
+  if (!resp.ok) throw new APIError(resp.status, data);
+  return data;
+}
+
+export const get = (path) => call('GET', path);
+export const post = (path, body) => call('POST', path, body);

@@ -1,0 +1,161 @@
+// render: cards built from stored entries, with textContent only (entries
+// hold model output and outside text: nothing of theirs becomes markup).
+// Each entry renders once, by id, so a reload, a reconnect or an entry seen
+// twice changes nothing.
+
+export function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else if (k.startsWith('data-') || k.startsWith('aria-')) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) if (c) e.append(c);
+  return e;
+}
+
+export function describeRule(r) {
+  if (!r) return '';
+  const w = r.when || {};
+  let s = `${r.effect} ${r.tool}`;
+  if (w.command_prefix) s += ` when the command starts with "${w.command_prefix}"`;
+  else if (w.command) s += ` when the command is "${w.command}"`;
+  else if (w.path_prefix) s += ` when the path is under "${w.path_prefix}"`;
+  else if (w.host) s += ` when the host is "${w.host}"`;
+  return s;
+}
+
+const pretty = (raw) => {
+  try { return JSON.stringify(typeof raw === 'string' ? JSON.parse(raw) : raw, null, 2); } catch { return String(raw); }
+};
+
+// Timeline renders one conversation's entries into an <ol>.
+export class Timeline {
+  constructor(list, { decide, pending }) {
+    this.list = list;
+    this.decide = decide;     // (approvalId, decision, note) => Promise
+    this.pending = pending;   // () => Map of pending approval id -> view
+    this.clear();
+  }
+
+  clear() {
+    this.list.replaceChildren();
+    this.seen = new Set();
+    this.calls = new Map();      // tool call id -> its <details> row
+    this.approvals = new Map();  // approval id -> its card
+    this.decisions = new Map();  // approval id -> decision data
+  }
+
+  add(e) {
+    if (this.seen.has(e.id)) return;
+    this.seen.add(e.id);
+    const item = this.card(e);
+    if (item) {
+      item.dataset.entry = e.id;
+      this.list.append(item);
+      item.scrollIntoView({ block: 'nearest' });
+    }
+  }
+
+  card(e) {
+    switch (e.kind) {
+      case 'owner_message':
+        return el('li', { class: 'owner' }, el('span', { class: 'label', text: 'you' }), el('span', { class: 'text', text: e.text }));
+      case 'assistant_message': {
+        const li = el('li', { class: 'assistant' }, el('span', { class: 'label', text: e.model || 'agent' }));
+        if (e.text) li.append(el('span', { class: 'text', text: e.text }));
+        for (const tc of e.tool_calls || []) {
+          const result = el('pre', { class: 'result', text: '…' });
+          const row = el('details', { class: 'tool' },
+            el('summary', { text: `tool ${tc.name}` }),
+            el('span', { class: 'label', text: 'arguments' }), el('pre', { text: pretty(tc.arguments) }),
+            el('span', { class: 'label', text: 'result' }), result);
+          row.result = result;
+          this.calls.set(tc.id, row);
+          li.append(row);
+        }
+        return li;
+      }
+      case 'tool_call': {
+        const row = this.calls.get(e.tool_call_id);
+        if (row) row.querySelector('summary').textContent = `tool ${e.tool_name} (running)`;
+        return null;
+      }
+      case 'tool_result': {
+        const row = this.calls.get(e.tool_call_id);
+        if (!row) return el('li', { class: 'note', text: `${e.tool_name}: ${e.text}` });
+        row.result.textContent = e.text;
+        row.querySelector('summary').textContent = `tool ${e.tool_name}${e.is_error ? ' (error)' : ''}`;
+        return null;
+      }
+      case 'outside_text': {
+        const src = (e.data && e.data.source) || 'elsewhere';
+        const box = el('details', { class: 'outside' }, el('summary', { text: `outside text from ${src}` }), el('pre', { text: e.text }));
+        const row = this.calls.get(e.tool_call_id);
+        if (row) { row.append(box); return null; }
+        return el('li', { class: 'note' }, box);
+      }
+      case 'approval':
+        return this.approvalCard(e.data, e.data && this.decisions.get(e.data.id));
+      case 'approval_decision': {
+        const d = e.data || {};
+        this.decisions.set(d.approval_id, d);
+        const card = this.approvals.get(d.approval_id);
+        if (card) this.markDecided(card, d);
+        return null;
+      }
+      case 'policy': return el('li', { class: 'note', text: e.text });
+      case 'reset': return el('li', { class: 'note', text: '— context reset: the agent starts fresh from here —' });
+      case 'summary': return el('li', { class: 'note', text: `summary of the earlier conversation: ${e.text}` });
+      case 'reminder': return el('li', { class: 'note', text: e.text });
+      case 'error': return el('li', { class: 'error', text: e.text });
+      default: return null; // hints and citation records are not cards
+    }
+  }
+
+  // approvalCard is a pending approval with its three decisions, or, once
+  // decided, a read-only record. No button is focused by default, so an
+  // Enter meant for the prompt can never approve anything.
+  approvalCard(a, decided) {
+    const card = el('li', { class: 'approval', 'data-approval': a.id },
+      el('span', { class: 'label', text: `approval ${a.id}: ${a.tool} waits for you` }),
+      el('pre', { text: pretty(a.arguments) }),
+      el('span', { class: 'label', text: `why: ${a.reason}` }),
+      el('span', { class: 'label', text: `sha256 ${a.sha256}` }));
+    this.approvals.set(a.id, card);
+    if (decided) { this.markDecided(card, decided); return card; }
+    const view = this.pending().get(a.id);
+    const note = el('input', { type: 'text', placeholder: 'note for the agent (with Deny)', 'aria-label': 'note' });
+    const act = (decision) => async () => {
+      for (const b of card.querySelectorAll('button')) b.disabled = true;
+      try { await this.decide(a.id, decision, decision === 'deny' ? note.value : ''); } catch (err) {
+        for (const b of card.querySelectorAll('button')) b.disabled = false;
+        card.append(el('span', { class: 'error', text: err.message }));
+      }
+    };
+    const once = el('button', { type: 'button', class: 'quiet', text: 'Allow once', 'data-decision': 'allow_once' });
+    once.addEventListener('click', act('allow_once'));
+    const deny = el('button', { type: 'button', class: 'quiet', text: 'Deny', 'data-decision': 'deny' });
+    deny.addEventListener('click', act('deny'));
+    const actions = el('div', { class: 'actions' }, once);
+    if (view && view.proposed_rule) {
+      const always = el('button', { type: 'button', class: 'quiet', text: `Allow always: ${describeRule(view.proposed_rule)}`, 'data-decision': 'allow_always' });
+      always.addEventListener('click', act('allow_always'));
+      actions.append(always);
+    }
+    actions.append(deny, note);
+    card.append(actions);
+    return card;
+  }
+
+  markDecided(card, d) {
+    card.classList.add('decided');
+    const actions = card.querySelector('.actions');
+    if (actions) actions.remove();
+    if (!card.querySelector('.decision')) {
+      const when = d.at ? new Date(d.at).toLocaleString() : '';
+      card.append(el('span', { class: 'decision', text: `decided: ${d.decision}${d.note ? ` (“${d.note}”)` : ''} ${when}` }));
+    }
+  }
+}
