@@ -27,6 +27,7 @@ PKG_FOR=(
   debootstrap:debootstrap
   curl:curl
   dpkg-source:dpkg-dev
+  chromium:chromium # the web client's browser tests (chromedp)
 )
 
 has_deb_src() {

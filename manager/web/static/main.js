@@ -23,6 +23,7 @@ async function refreshPending() {
   $('more-waiting').textContent = elsewhere ? `${elsewhere} more waiting in other conversations (see Approvals)` : '';
   $('more-waiting').hidden = elsewhere === 0;
   renderApprovalsPage(approvals);
+  timeline.pendingChanged();
 }
 
 async function decide(id, decision, note) {
@@ -53,7 +54,7 @@ async function loadConversation() {
   const [sessions, inspection] = await Promise.all([get(`${agent}/sessions`), get(`${agent}/inspect?limit=1000`)]);
   state.conversation = inspection.conversation.id;
   const list = $('conversation-list');
-  list.replaceChildren(...sessions.conversations.map((c) => {
+  list.replaceChildren(...(sessions.conversations || []).map((c) => {
     const b = el('button', { type: 'button', text: c.title || `conversation ${c.id}` });
     if (c.id === state.conversation) b.setAttribute('aria-current', 'true');
     b.addEventListener('click', () => switchTo(c.id));
@@ -62,7 +63,7 @@ async function loadConversation() {
   await refreshPending();
   timeline.clear();
   let last = 0;
-  for (const e of inspection.entries.items) { timeline.add(e); last = Math.max(last, e.id); }
+  for (const e of inspection.entries.items || []) { timeline.add(e); last = Math.max(last, e.id); }
   stream.open(state.conversation, last);
 }
 
@@ -93,7 +94,7 @@ async function loadTrace(more) {
   const q = new URLSearchParams({ order: 'desc', limit: '100' });
   if (trace.cursor) q.set('cursor', trace.cursor);
   const inspection = await get(`${agent}/inspect?${q}`);
-  trace.entries.push(...inspection.entries.items);
+  trace.entries.push(...(inspection.entries.items || []));
   trace.cursor = inspection.entries.next || '';
   $('trace-more').hidden = !trace.cursor;
   const kinds = new Set(trace.entries.map((e) => e.kind));

@@ -138,15 +138,27 @@ export class Timeline {
     once.addEventListener('click', act('allow_once'));
     const deny = el('button', { type: 'button', class: 'quiet', text: 'Deny', 'data-decision': 'deny' });
     deny.addEventListener('click', act('deny'));
-    const actions = el('div', { class: 'actions' }, once);
-    if (view && view.proposed_rule) {
-      const always = el('button', { type: 'button', class: 'quiet', text: `Allow always: ${describeRule(view.proposed_rule)}`, 'data-decision': 'allow_always' });
-      always.addEventListener('click', act('allow_always'));
-      actions.append(always);
-    }
-    actions.append(deny, note);
+    const actions = el('div', { class: 'actions' }, once, deny, note);
+    card.act = act;
     card.append(actions);
+    this.offerAlways(card, view);
     return card;
+  }
+
+  // offerAlways adds "Allow always", naming the rule it saves, once the
+  // pending approval's proposed rule is known (none when no narrow rule fits).
+  offerAlways(card, view) {
+    const actions = card.querySelector('.actions');
+    if (!actions || !view || !view.proposed_rule || actions.querySelector('[data-decision="allow_always"]')) return;
+    const always = el('button', { type: 'button', class: 'quiet', text: `Allow always: ${describeRule(view.proposed_rule)}`, 'data-decision': 'allow_always' });
+    always.addEventListener('click', card.act('allow_always'));
+    actions.insertBefore(always, actions.children[1]);
+  }
+
+  // pendingChanged updates the cards once the pending approvals are read.
+  pendingChanged() {
+    const pending = this.pending();
+    for (const [id, card] of this.approvals) this.offerAlways(card, pending.get(id));
   }
 
   markDecided(card, d) {

@@ -1,0 +1,273 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// The web client in a real browser (Debian's chromium, headless, driven by
+// chromedp) against the real stack. Screenshots of each page at a phone and
+// a desktop width go to .build/screenshots/.
+
+func browser(t *testing.T) (context.Context, func()) {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("chromium is not installed (scripts/prereqs.sh install adds it): %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), // as root chromedp adds --no-sandbox itself
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 800),
+	)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	// The first run starts the browser; it must have no deadline of its own.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	// The page's own errors and console, for a failing test's log.
+	var mu sync.Mutex
+	var pageLog []string
+	_ = chromedp.Listen(ctx, func(ev any) {
+		var line string
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			line = fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber)
+			if ev.ExceptionDetails.Exception != nil {
+				line += " " + ev.ExceptionDetails.Exception.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			line = "console." + string(ev.Type) + ":"
+			for _, a := range ev.Args {
+				line += " " + string(a.Value) + a.Description
+			}
+		default:
+			return
+		}
+		mu.Lock()
+		pageLog = append(pageLog, line)
+		mu.Unlock()
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("the page's console and errors:\n%s", strings.Join(pageLog, "\n"))
+			mu.Unlock()
+		}
+	})
+	return ctx, func() { cancelC(); cancelA() }
+}
+
+// run runs browser steps within two minutes, failing the test with what
+// was being done.
+func run(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := chromedp.Do(tctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// until polls a JavaScript condition in the page until it holds, for 90 s.
+// A poll that a navigation interrupts (a sign-in, a reload) starts again.
+func until(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := chromedp.Run(tctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			page, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText.slice(0, 1500)`))
+			cancel()
+			t.Fatalf("%s: not within 90 s: %v\nthe page: %s", what, err, page)
+		}
+	}
+}
+
+// count evaluates a JavaScript number in the page.
+func count(t *testing.T, ctx context.Context, expr string) int {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, err := chromedp.Run(tctx, chromedp.Evaluate[int](expr))
+	if err != nil {
+		t.Fatalf("count %s: %v", expr, err)
+	}
+	return n
+}
+
+// cardsWith is the number of timeline cards whose text contains s.
+func cardsWith(s string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('#timeline > li')].filter(li => li.textContent.includes(%q)).length`, s)
+}
+
+// ownerCardsWith is the number of the owner's messages containing s.
+func ownerCardsWith(s string) string {
+	return fmt.Sprintf(`[...document.querySelectorAll('#timeline > li.owner')].filter(li => li.textContent.includes(%q)).length`, s)
+}
+
+// screenshots writes the page at a phone and a desktop width.
+func screenshots(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := filepath.Join("..", ".build", "screenshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []struct {
+		label string
+		w, h  int64
+		phone bool
+	}{{"phone", 390, 844, true}, {"desktop", 1280, 800, false}} {
+		emulate := chromedp.EmulateViewport(v.w, v.h)
+		if v.phone {
+			emulate = chromedp.EmulateViewport(v.w, v.h, chromedp.EmulateMobile)
+		}
+		run(t, ctx, "viewport "+v.label, emulate)
+		tctx, cancel := context.WithTimeout(ctx, time.Minute)
+		buf, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)) // 100: PNG
+		cancel()
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%s.png", name, v.label)), buf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, ctx, "desktop again", chromedp.EmulateViewport(1280, 800))
+}
+
+// webUser makes a user with a password, as the operator would.
+func webUser(t *testing.T, prefix string) (user, password, tok string) {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	user, password = prefix+"-"+hex.EncodeToString(b), "browser password"
+	reportOnFailure(t, user)
+	cmd := exec.Command("docker", "exec", "-i", managerName(), "/bin/affido", "admin", "password", user)
+	cmd.Stdin = strings.NewReader(password + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("admin password: %v %s", err, out)
+	}
+	return user, password, token(t, user)
+}
+
+func signInInBrowser(t *testing.T, ctx context.Context, user, password string) {
+	t.Helper()
+	run(t, ctx, "open the client", chromedp.Navigate(baseURL+"/app/"))
+	until(t, ctx, "redirected to sign-in", `location.pathname === '/app/sign-in'`)
+	run(t, ctx, "sign in",
+		chromedp.SendKeys(chromedp.ID("user"), user),
+		chromedp.SendKeys(chromedp.ID("password"), password),
+		chromedp.Click(chromedp.ID("submit")))
+	until(t, ctx, "the conversation page, its stream live", `location.pathname === '/app/' && document.querySelector('#stream-state')?.dataset.state === 'live'`)
+}
+
+func sendInBrowser(t *testing.T, ctx context.Context, text string) {
+	t.Helper()
+	run(t, ctx, "type "+text, chromedp.SendKeys(chromedp.ID("prompt"), text+"\r")) // Enter sends
+}
+
+// Sign in, talk, reload in the middle of a run, approve a call and see it
+// run once, a decided card after reload, the trace; then the agent killed
+// and the manager restarted with the page open.
+func TestWebClientInABrowser(t *testing.T) {
+	user, password, tok := webUser(t, "browser")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+
+	sendInBrowser(t, ctx, "hello browser")
+	until(t, ctx, "the reply", cardsWith("echo: hello browser")+` === 1`)
+	screenshots(t, ctx, "conversation")
+
+	// A reload while the model is still answering: the reply arrives once.
+	sendInBrowser(t, ctx, "slow 3000: slow one")
+	until(t, ctx, "the prompt is stored", ownerCardsWith("slow 3000: slow one")+` === 1`)
+	run(t, ctx, "reload", chromedp.Reload())
+	until(t, ctx, "the reply after the reload", cardsWith("echo: slow 3000: slow one")+` === 1`)
+	if n := count(t, ctx, ownerCardsWith("slow 3000: slow one")); n != 1 {
+		t.Fatalf("the prompt shows %d times after the reload", n)
+	}
+
+	// An approval: nothing is focused on it, so Enter cannot approve; allow once.
+	sendInBrowser(t, ctx, "run: echo ran >> browser.txt")
+	until(t, ctx, "the approval card", `document.querySelector('#timeline li.approval button[data-decision="allow_once"]') !== null`)
+	if n := count(t, ctx, `document.activeElement && document.activeElement.closest('li.approval') ? 1 : 0`); n != 0 {
+		t.Fatal("an approval button has the focus")
+	}
+	screenshots(t, ctx, "approval")
+	until(t, ctx, "allow always offered with its rule", `document.querySelector('#timeline li.approval button[data-decision="allow_always"]')?.textContent.includes('when the command is')`)
+	// The sticky prompt may cover the card's last line: bring it to the middle first.
+	until(t, ctx, "the card in view", `(document.querySelector('#timeline li.approval').scrollIntoView({block: 'center'}), true)`)
+	run(t, ctx, "allow once", chromedp.Click(chromedp.CSS(`#timeline li.approval button[data-decision="allow_once"]`)))
+	until(t, ctx, "the command's result", `[...document.querySelectorAll('#timeline details.tool pre.result')].some(p => p.textContent.includes('exit 0'))`)
+	if f := mustGet(t, user, tok, "/file?path=browser.txt").Body; f != "ran\n" {
+		t.Fatalf("browser.txt %q: the command must run exactly once", f)
+	}
+	run(t, ctx, "reload", chromedp.Reload())
+	until(t, ctx, "the decided card after reload", `[...document.querySelectorAll('#timeline li.approval.decided')].some(li => li.textContent.includes('decided: allow_once')) && document.querySelectorAll('#timeline li.approval button').length === 0`)
+
+	run(t, ctx, "the trace", chromedp.Navigate(baseURL+"/app/#/trace"))
+	until(t, ctx, "trace entries", `document.querySelectorAll('#trace li').length >= 8 && document.querySelectorAll('#usage tr').length >= 1`)
+	screenshots(t, ctx, "trace")
+	run(t, ctx, "the approvals page", chromedp.Navigate(baseURL+"/app/#/approvals"))
+	until(t, ctx, "nothing waits", `document.querySelector('#approval-list').textContent.includes('Nothing waits')`)
+	screenshots(t, ctx, "approvals")
+
+	// The agent killed under the open page: the stream reconnects by
+	// itself, and what happened meanwhile shows without a reload.
+	run(t, ctx, "back to the conversation", chromedp.Navigate(baseURL+"/app/#/chat"))
+	until(t, ctx, "live", `document.querySelector('#stream-state').dataset.state === 'live'`)
+	docker(t, "kill", "-s", "KILL", stack+"-"+user+"-agent")
+	until(t, ctx, "the page says it reconnects", `document.querySelector('#stream-state').dataset.state !== 'live'`)
+	prompt(t, user, tok, map[string]any{"text": "sent from curl while the page reconnects"})
+	until(t, ctx, "the curl prompt's reply on the page", cardsWith("echo: sent from curl while the page reconnects")+` === 1`)
+	until(t, ctx, "live again", `document.querySelector('#stream-state').dataset.state === 'live'`)
+
+	// The manager restarted with the page open: the page goes on working.
+	killManager(t)
+	docker(t, "start", managerName())
+	waitManagerHealthy(t)
+	sendInBrowser(t, ctx, "after the manager restart")
+	until(t, ctx, "a reply after the manager restart", cardsWith("echo: after the manager restart")+` === 1`)
+	if n := count(t, ctx, cardsWith("echo: hello browser")); n != 1 {
+		t.Fatalf("the first reply shows %d times", n)
+	}
+}
+
+// The sign-in page refuses a wrong password and says so.
+func TestWebSignInRefusedInABrowser(t *testing.T) {
+	user, _, _ := webUser(t, "browser-bad")
+	ctx, done := browser(t)
+	defer done()
+	run(t, ctx, "open sign-in", chromedp.Navigate(baseURL+"/app/sign-in"),
+		chromedp.SendKeys(chromedp.ID("user"), user),
+		chromedp.SendKeys(chromedp.ID("password"), "not the password"),
+		chromedp.Click(chromedp.ID("submit")))
+	until(t, ctx, "the error", `document.querySelector('#error').textContent.includes('wrong')`)
+	screenshots(t, ctx, "sign-in")
+	if n := count(t, ctx, `location.pathname === '/app/sign-in' ? 1 : 0`); n != 1 {
+		t.Fatal("a wrong password left the sign-in page")
+	}
+}
