@@ -271,3 +271,65 @@ func TestWebSignInRefusedInABrowser(t *testing.T) {
 		t.Fatal("a wrong password left the sign-in page")
 	}
 }
+
+// The other pages in the browser: upload a file and see it listed, ingest
+// and delete it; install a skill from the marketplace; a reminder listed
+// and cancelled; settings (a notification URL refused, a rule added, the
+// sandbox's state); the activity timeline.
+func TestWebClientPagesInABrowser(t *testing.T) {
+	user, password, tok := webUser(t, "pages")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(file, []byte("Plants need water.\nCats sleep.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "files", chromedp.Navigate(baseURL+"/app/#/files"))
+	until(t, ctx, "the files page", `!document.querySelector('#page-files').hidden`)
+	run(t, ctx, "upload", chromedp.SetUploadFiles(chromedp.CSS("#upload"), []string{file}))
+	until(t, ctx, "the upload listed", `document.querySelector('#file-list tr[data-path="uploads/notes.txt"]') !== null`)
+	if got := mustGet(t, user, tok, "/uploads/notes.txt").Body; got != "Plants need water.\nCats sleep.\n" {
+		t.Fatalf("uploaded bytes %q", got)
+	}
+	run(t, ctx, "ingest", chromedp.Click(chromedp.CSS(`#file-list tr[data-path="uploads/notes.txt"] button[data-action="ingest"]`)))
+	until(t, ctx, "ingested", `document.querySelector('#status-line').textContent.includes('ingested')`)
+	if r := request(t, "GET", "/u/"+user+"/raw?doc=notes.txt", bearer(tok)); r.Code != 200 || !strings.Contains(r.Body, "Plants") {
+		t.Fatalf("the ingested document: %d %q", r.Code, r.Body)
+	}
+	screenshots(t, ctx, "files")
+	del := chromedp.CSS(`#file-list tr[data-path="uploads/notes.txt"] button[data-action="delete"]`)
+	run(t, ctx, "delete, twice", chromedp.Click(del), chromedp.Click(del))
+	until(t, ctx, "deleted", `document.querySelector('#file-list tr[data-path="uploads/notes.txt"]') === null`)
+
+	run(t, ctx, "skills", chromedp.Navigate(baseURL+"/app/#/skills"))
+	until(t, ctx, "the marketplace", `document.querySelector('#market-skills li[data-market="csv-summary"] button') !== null`)
+	run(t, ctx, "install", chromedp.Click(chromedp.CSS(`#market-skills li[data-market="csv-summary"] button`)))
+	until(t, ctx, "installed and checked", `document.querySelector('#installed-skills li[data-skill="csv-summary"]')?.textContent.includes('matches its record')`)
+	screenshots(t, ctx, "skills")
+
+	grant(t, user, tok, "set_reminder")
+	prompt(t, user, tok, map[string]any{"text": "remind in 1h: water the plants"})
+	run(t, ctx, "reminders", chromedp.Navigate(baseURL+"/app/#/reminders"))
+	until(t, ctx, "the reminder", `document.querySelector('#reminder-list').textContent.includes('water the plants')`)
+	screenshots(t, ctx, "reminders")
+	run(t, ctx, "cancel it", chromedp.Click(chromedp.CSS(`#reminder-list button`)))
+	until(t, ctx, "no reminders", `document.querySelector('#reminder-list').textContent.includes('No reminders')`)
+
+	run(t, ctx, "settings", chromedp.Navigate(baseURL+"/app/#/settings"))
+	until(t, ctx, "the sandbox state", `document.querySelector('#sandbox-state').textContent.includes('state: running')`)
+	run(t, ctx, "an inward notification URL", chromedp.SetValue(chromedp.ID("notify-url"), "http://127.0.0.1:9090/healthz"), chromedp.Click(chromedp.CSS(`#notify-form button`)))
+	until(t, ctx, "refused", `document.querySelector('#status-line').textContent.includes('error')`)
+	run(t, ctx, "a rule", chromedp.SetValue(chromedp.ID("rule-tool"), "shell"), chromedp.SetValue(chromedp.ID("rule-cond"), "command_prefix"),
+		chromedp.SetValue(chromedp.ID("rule-value"), "ls "), chromedp.Click(chromedp.CSS(`#rule-form button`)))
+	until(t, ctx, "the rule listed", `document.querySelector('#rule-list').textContent.includes('allow shell when the command starts with "ls "')`)
+	screenshots(t, ctx, "settings")
+	if r := prompt(t, user, tok, map[string]any{"text": "run: ls -a"}); r.Status != "done" {
+		t.Fatalf("the rule added in the browser does not allow: %+v", r)
+	}
+
+	run(t, ctx, "activity", chromedp.Navigate(baseURL+"/app/#/activity"))
+	until(t, ctx, "the sandbox's life and the agent's work", `(() => { const t = document.querySelector('#activity-list').textContent; return t.includes('sandbox created') || t.includes('sandbox started'); })() && document.querySelector('#activity-list li[data-source="agent"]') !== null`)
+	screenshots(t, ctx, "activity")
+}

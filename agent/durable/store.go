@@ -579,3 +579,14 @@ func (s *Store) RunEntries(ctx context.Context, conv, run int64) ([]Entry, error
 	}
 	return out, nil
 }
+
+// RenameConversation sets a conversation's title (ErrNotFound if there is none).
+func (s *Store) RenameConversation(ctx context.Context, id int64, title string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, err := s.Conversation(ctx, id); err != nil {
+		return err
+	}
+	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.title', ?) WHERE id = ?`, title, id)
+}

@@ -161,17 +161,13 @@ func Tools() []durable.Tool {
 			Safe:        true,
 			ReadOnly:    true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
-				live, err := c.Store.LiveTasks(ctx)
+				list, err := Pending(ctx, c.Store)
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
 				var b strings.Builder
-				for _, t := range live {
-					var cp checkpoint
-					if t.Kind != Kind || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
-						continue
-					}
-					fmt.Fprintf(&b, "%d\t%s\t%s\n", t.ID, cp.Due.Format(time.RFC3339), cp.Text)
+				for _, r := range list {
+					fmt.Fprintf(&b, "%d\t%s\t%s\n", r.ID, r.Due.Format(time.RFC3339), r.Text)
 				}
 				if b.Len() == 0 {
 					return durable.ToolResult{Output: "no pending reminders"}, nil
@@ -194,17 +190,54 @@ func Tools() []durable.Tool {
 				if err != nil {
 					return durable.ToolResult{}, fmt.Errorf("id must be a reminder id from list_reminders")
 				}
-				t, err := c.Store.Task(ctx, id)
-				var cp checkpoint
-				if err != nil || t.Kind != Kind || t.State != durable.Sleeping || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
-					return durable.ToolResult{}, fmt.Errorf("no pending reminder %d", id)
+				t, text, err := Cancel(ctx, c.Store, id, c.Now)
+				if err != nil {
+					return durable.ToolResult{}, err
 				}
-				now := c.Now
-				t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
-				return durable.ToolResult{Output: fmt.Sprintf("cancelled reminder %d: %s", id, cp.Text), Updates: []durable.Task{t}}, nil
+				return durable.ToolResult{Output: fmt.Sprintf("cancelled reminder %d: %s", id, text), Updates: []durable.Task{t}}, nil
 			},
 		},
 	}
+}
+
+// Reminder is one reminder that has not fired.
+type Reminder struct {
+	ID             int64     `json:"id"`
+	ConversationID int64     `json:"conversation_id"`
+	Due            time.Time `json:"due"`
+	Text           string    `json:"text"`
+}
+
+// Pending lists the reminders that have not fired, oldest first.
+func Pending(ctx context.Context, s *durable.Store) ([]Reminder, error) {
+	live, err := s.LiveTasks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Reminder{}
+	for _, t := range live {
+		var cp checkpoint
+		if t.Kind != Kind || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+			continue
+		}
+		out = append(out, Reminder{ID: t.ID, ConversationID: t.ConversationID, Due: cp.Due, Text: cp.Text})
+	}
+	return out, nil
+}
+
+// ErrNoReminder is returned by Cancel for an id that is no pending reminder.
+var ErrNoReminder = errors.New("no such pending reminder")
+
+// Cancel returns reminder id's task ended as cancelled (to commit) and its
+// text; ErrNoReminder when there is no such pending reminder.
+func Cancel(ctx context.Context, s *durable.Store, id int64, now time.Time) (durable.Task, string, error) {
+	t, err := s.Task(ctx, id)
+	var cp checkpoint
+	if err != nil || t.Kind != Kind || t.State != durable.Sleeping || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+		return durable.Task{}, "", fmt.Errorf("reminder %d: %w", id, ErrNoReminder)
+	}
+	t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
+	return t, cp.Text, nil
 }
 
 // newKey returns a notification key no other reminder of this sandbox, before

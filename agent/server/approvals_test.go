@@ -345,3 +345,47 @@ func TestEventsStreamEntriesAndResume(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// The housekeeping routes: rename, reminders listed and cancelled, a file
+// deleted; bad input refused.
+func TestHousekeepingRoutes(t *testing.T) {
+	a := newAgent(t)
+	a.allow("set_reminder")
+	a.prompt("remind in 1h: water the plants")
+	_, list := a.do("GET", "/reminders", "")
+	rs := list["reminders"].([]any)
+	if len(rs) != 1 || rs[0].(map[string]any)["text"] != "water the plants" {
+		t.Fatalf("reminders %v", list)
+	}
+	id := jsonNum(rs[0].(map[string]any)["id"].(float64))
+	if code, _ := a.do("POST", "/reminders/"+id+"/cancel", ""); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	if code, _ := a.do("POST", "/reminders/"+id+"/cancel", ""); code != 404 {
+		t.Fatalf("cancel twice: %d", code)
+	}
+	if _, list := a.do("GET", "/reminders", ""); len(list["reminders"].([]any)) != 0 {
+		t.Fatalf("after cancel: %v", list)
+	}
+	if code, m := a.do("POST", "/session/rename", `{"id":1,"title":"garden"}`); code != 200 || m["title"] != "garden" {
+		t.Fatalf("rename: %d %v", code, m)
+	}
+	if code, _ := a.do("POST", "/session/rename", `{"id":999,"title":"x"}`); code != 404 {
+		t.Fatalf("rename unknown: %d", code)
+	}
+	a.do("PUT", "/uploads/old/a.txt", "bytes")
+	for _, c := range []struct {
+		path string
+		code int
+	}{{"/files?path=../etc", 400}, {"/files?path=", 400}, {"/files?path=.", 400}, {"/files?path=nope.txt", 404}, {"/files?path=uploads/old", 200}} {
+		if code, m := a.do("DELETE", c.path, ""); code != c.code {
+			t.Fatalf("DELETE %s: %d %v, want %d", c.path, code, m, c.code)
+		}
+	}
+	if code, _ := a.do("GET", "/uploads/old/a.txt", ""); code != 404 {
+		t.Fatalf("a deleted file: %d", code)
+	}
+	if code, _ := a.do("GET", "/skills/marketplace", ""); code != 404 {
+		t.Fatalf("marketplace without skills: %d", code)
+	}
+}

@@ -14,11 +14,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/affido/affido/internal/openai"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/agent/server"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
@@ -100,8 +102,10 @@ func newAgent(t *testing.T) *agent {
 	model := modelclient.New(gw.URL+"/v1/gateway", "token-abcdef")
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
 	builtin := append(tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), tools.WebTools(model)...)
+	builtin = append(builtin, reminders.Tools()...)
+	notify := func(context.Context, string, string, time.Time) error { return nil }
 	a.srv = server.New(server.Config{User: "u", SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
-		Harness: durable.Options{Tools: builtin, Redact: red.Redact},
+		Harness: durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}}},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
 	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -99,6 +99,20 @@ type Installed struct {
 	Problem     string `json:"problem,omitempty"`
 }
 
+// Marketplace returns the marketplace's index: every skill, its
+// description and versions.
+func (in *Installer) Marketplace(ctx context.Context) (marketplace.Index, error) {
+	var idx marketplace.Index
+	b, err := in.Market.Fetch(ctx, "index.json", 1<<20)
+	if err != nil {
+		return idx, err
+	}
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return idx, fmt.Errorf("read marketplace index: %w", err)
+	}
+	return idx, nil
+}
+
 // Install fetches and installs name at version ("" for the latest).
 func (in *Installer) Install(ctx context.Context, name, version string) (Installed, error) {
 	if !marketplace.ValidName(name) || (version != "" && !marketplace.ValidVersion(version)) {
@@ -108,13 +122,9 @@ func (in *Installer) Install(ctx context.Context, name, version string) (Install
 		return Installed{}, err
 	}
 	if version == "" {
-		b, err := in.Market.Fetch(ctx, "index.json", 1<<20)
+		idx, err := in.Marketplace(ctx)
 		if err != nil {
 			return Installed{}, err
-		}
-		var idx marketplace.Index
-		if err := json.Unmarshal(b, &idx); err != nil {
-			return Installed{}, fmt.Errorf("read marketplace index: %w", err)
 		}
 		for _, s := range idx.Skills {
 			if s.Name == name {

@@ -237,3 +237,24 @@ func (w Workspace) Write(p string, data io.Reader, limit int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// Delete removes file or directory p (with everything in it). The
+// workspace root cannot be deleted.
+func (w Workspace) Delete(p string) error {
+	p, err := Clean(p)
+	if err != nil {
+		return err
+	}
+	if p == "." {
+		return fmt.Errorf("%w: cannot delete the workspace root", ErrBadPath)
+	}
+	r, err := w.root()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if _, err := r.Lstat(p); err != nil {
+		return confine(err)
+	}
+	return confine(r.RemoveAll(p))
+}

@@ -179,6 +179,7 @@ func serve(ctx context.Context) error {
 		Deny:  []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
 	}))
 	go deliverer.Run(ctx)
+	guard := outbound.NewGuard(outbound.Config{Allow: cfg.OutboundAllow, Deny: []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool}})
 	fetchClient := outbound.NewClient(outbound.Config{
 		Allow:   cfg.OutboundAllow,
 		Deny:    []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
@@ -191,7 +192,7 @@ func serve(ctx context.Context) error {
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
 		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
 		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr, FetchClient: fetchClient, Search: search,
-		Accounts: store, OpenSignUp: cfg.OpenSignUp,
+		Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
 		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits}
 	errc := make(chan error, 2)

@@ -11,11 +11,13 @@
 package outbound
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"syscall"
 	"time"
 
@@ -126,4 +128,35 @@ func NewClient(cfg Config) *http.Client {
 			return nil
 		},
 	}
+}
+
+// ErrBadURL is wrapped for a URL that is not an absolute http or https URL.
+var ErrBadURL = errors.New("not an http or https URL")
+
+// CheckURL says, before anything is sent, whether raw may be used as a
+// destination: an absolute http or https URL whose host resolves only to
+// addresses the guard allows. The guarded client checks again when it
+// dials; this is for refusing a bad URL when it is saved.
+func (g *Guard) CheckURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return fmt.Errorf("%w: %q", ErrBadURL, raw)
+	}
+	host := u.Hostname()
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", host, err)
+		}
+		addrs = ips
+	}
+	for _, a := range addrs {
+		if err := g.Check(a); err != nil {
+			return err
+		}
+	}
+	return nil
 }

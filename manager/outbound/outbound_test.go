@@ -130,3 +130,26 @@ func TestClientIgnoresProxyEnvironment(t *testing.T) {
 		t.Fatalf("proxy %d, target %d requests", proxyHits.Load(), targetHits.Load())
 	}
 }
+
+func TestCheckURL(t *testing.T) {
+	g := outbound.NewGuard(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("192.0.2.7/32")}})
+	for _, c := range []struct {
+		url  string
+		want error
+	}{
+		{"http://192.0.2.7:9999/topic", nil},
+		{"https://[2001:4860:4860::8888]/x", nil},
+		{"http://127.0.0.1/x", outbound.ErrRefused},
+		{"http://localhost/x", outbound.ErrRefused},
+		{"http://10.0.0.1/x", outbound.ErrRefused},
+		{"http://[::ffff:127.0.0.1]/x", outbound.ErrRefused},
+		{"ftp://192.0.2.7/x", outbound.ErrBadURL},
+		{"/relative", outbound.ErrBadURL},
+		{"http:///nohost", outbound.ErrBadURL},
+	} {
+		err := g.CheckURL(t.Context(), c.url)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.url, err, c.want)
+		}
+	}
+}

@@ -214,3 +214,74 @@ func (s *Store) SignUp(ctx context.Context, user, hash, invite string, open bool
 		return nil
 	})
 }
+
+// AuditEvent is one lifecycle change of a user's sandbox.
+type AuditEvent struct {
+	ID     int64          `json:"id"`
+	At     time.Time      `json:"at"`
+	Kind   string         `json:"kind"`
+	Detail map[string]any `json:"detail"`
+}
+
+// NotificationView is a notification and its delivery tries.
+type NotificationView struct {
+	ID          int64      `json:"id"`
+	Text        string     `json:"text"`
+	CreatedAt   time.Time  `json:"created_at"`
+	Status      string     `json:"status"`
+	Tries       int        `json:"tries"`
+	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+}
+
+// Activity is what the manager knows a user's sandbox did: its lifecycle
+// events and its notifications, newest first.
+type Activity struct {
+	Events        []AuditEvent       `json:"events"`
+	Notifications []NotificationView `json:"notifications"`
+}
+
+// Activity returns up to limit of each, newest first.
+func (s *Store) Activity(ctx context.Context, user string, limit int) (Activity, error) {
+	a := Activity{Events: []AuditEvent{}, Notifications: []NotificationView{}}
+	rows, err := s.pool.Query(ctx, `SELECT id, at, kind, detail FROM audit_events WHERE user_id = $1 ORDER BY at DESC, id DESC LIMIT $2`, user, limit)
+	if err != nil {
+		return a, fmt.Errorf("activity of %s: %w", user, err)
+	}
+	a.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEvent, error) {
+		var e AuditEvent
+		err := r.Scan(&e.ID, &e.At, &e.Kind, &e.Detail)
+		return e, err
+	})
+	if err != nil {
+		return a, fmt.Errorf("activity of %s: %w", user, err)
+	}
+	rows, err = s.pool.Query(ctx, `SELECT n.id, n.text, n.created_at, n.status, n.tries, n.delivered_at,
+		coalesce((SELECT error FROM notification_attempts t WHERE t.notification_id = n.id ORDER BY try DESC LIMIT 1), '')
+		FROM notifications n WHERE n.user_id = $1 ORDER BY n.created_at DESC, n.id DESC LIMIT $2`, user, limit)
+	if err != nil {
+		return a, fmt.Errorf("notifications of %s: %w", user, err)
+	}
+	a.Notifications, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (NotificationView, error) {
+		var n NotificationView
+		err := r.Scan(&n.ID, &n.Text, &n.CreatedAt, &n.Status, &n.Tries, &n.DeliveredAt, &n.LastError)
+		return n, err
+	})
+	if err != nil {
+		return a, fmt.Errorf("notifications of %s: %w", user, err)
+	}
+	return a, nil
+}
+
+// NotifyURL returns where a user's notifications go ("" for nowhere).
+func (s *Store) NotifyURL(ctx context.Context, user string) (string, error) {
+	var u string
+	err := s.pool.QueryRow(ctx, `SELECT notify_url FROM users WHERE id = $1`, user).Scan(&u)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("notify url of %s: %w", user, err)
+	}
+	return u, nil
+}

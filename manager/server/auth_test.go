@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/outbound"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -409,5 +410,71 @@ func TestSignUpNeedsAnInviteUnlessOpen(t *testing.T) {
 	}
 	if resp, _ := do(t, open, call{"POST", "/auth/sign-up", `{"user":"alice","password":"long enough"}`, nil}); resp.StatusCode != 409 {
 		t.Fatalf("open sign-up of an existing user: %d", resp.StatusCode)
+	}
+}
+
+type fakeOwners struct {
+	mu  sync.Mutex
+	url map[string]string
+}
+
+func (f *fakeOwners) Activity(_ context.Context, user string, _ int) (registry.Activity, error) {
+	return registry.Activity{Events: []registry.AuditEvent{{ID: 1, Kind: "sandbox.paused", At: time.Now()}}}, nil
+}
+func (f *fakeOwners) Sandbox(_ context.Context, user string) (registry.Sandbox, error) {
+	return registry.Sandbox{}, registry.ErrNotFound
+}
+func (f *fakeOwners) NotifyURL(_ context.Context, user string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.url[user], nil
+}
+func (f *fakeOwners) SetNotifyURL(_ context.Context, user, u string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.url[user] = u
+	return nil
+}
+
+// The owner's settings: a notification URL that leads inward is refused
+// when it is saved (tried: loopback, a private address, another scheme),
+// a public one is kept; activity and the sandbox state are the owner's only.
+func TestOwnerSettings(t *testing.T) {
+	acc := newFakeAccounts()
+	h, _ := account.Hash("right password", cheap)
+	acc.hashes["alice"] = h
+	owners := &fakeOwners{url: map[string]string{}}
+	res := &fakeResolver{}
+	s := &Server{Auth: acc, Accounts: acc, Owners: owners, Resolver: res, HashParams: cheap,
+		URLCheck: outbound.NewGuard(outbound.Config{}), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	resp, _ := do(t, srv, signIn("alice", "right password", nil))
+	c := cookieOf(resp)
+	for _, u := range []string{"http://127.0.0.1:9/x", "http://10.1.2.3/x", "file:///etc/passwd"} {
+		if resp, m := do(t, srv, call{"PUT", "/api/notify", fmt.Sprintf(`{"url":%q}`, u), withCookie(c)}); resp.StatusCode != 400 {
+			t.Fatalf("notify URL %s: %d %v", u, resp.StatusCode, m)
+		}
+	}
+	if resp, _ := do(t, srv, call{"PUT", "/api/notify", `{"url":"https://9.9.9.9/topic"}`, withCookie(c, "Origin", "https://evil.example")}); resp.StatusCode != 403 {
+		t.Fatalf("a cross-site settings change: %d", resp.StatusCode)
+	}
+	if owners.url["alice"] != "" {
+		t.Fatalf("a refused URL was saved: %q", owners.url["alice"])
+	}
+	if resp, _ := do(t, srv, call{"PUT", "/api/notify", `{"url":"https://9.9.9.9/topic"}`, withCookie(c)}); resp.StatusCode != 200 || owners.url["alice"] != "https://9.9.9.9/topic" {
+		t.Fatalf("a public URL: %d %q", resp.StatusCode, owners.url["alice"])
+	}
+	if _, m := do(t, srv, call{"GET", "/api/sandbox", "", withCookie(c)}); m["state"] != "none" {
+		t.Fatalf("sandbox %v", m)
+	}
+	if _, m := do(t, srv, call{"GET", "/api/activity", "", withCookie(c)}); len(m["events"].([]any)) != 1 {
+		t.Fatalf("activity %v", m)
+	}
+	if resp, _ := do(t, srv, call{"POST", "/api/sandbox/resume", "", withCookie(c, "Content-Type", "application/json")}); resp.StatusCode != 200 || len(res.calls) != 1 || res.calls[0] != "alice" {
+		t.Fatalf("resume: %d %v", resp.StatusCode, res.calls)
+	}
+	if resp, _ := do(t, srv, call{"GET", "/api/activity", "", nil}); resp.StatusCode != 401 {
+		t.Fatalf("activity without credentials: %d", resp.StatusCode)
 	}
 }

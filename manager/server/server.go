@@ -107,6 +107,8 @@ type Server struct {
 	// Accounts, if set, serves sign-in, sign-up and the owner's sessions
 	// and API tokens; OpenSignUp lets anyone sign up without an invite.
 	Accounts   Accounts
+	Owners     Owners     // with Accounts: the owner's activity, sandbox and notification URL
+	URLCheck   URLChecker // refuses a notification URL that leads inward
 	OpenSignUp bool
 	SessionTTL time.Duration  // default DefaultSessionTTL
 	HashParams account.Params // default account.DefaultParams
@@ -160,6 +162,9 @@ func (s *Server) Handler() http.Handler {
 	})
 	if s.Accounts != nil {
 		s.authRoutes(mux)
+		if s.Owners != nil {
+			s.ownerRoutes(mux)
+		}
 		(&web.Handler{Sessions: s.Auth, Cookie: SessionCookie, Log: s.Log}).Register(mux)
 	} else {
 		mux.HandleFunc("GET /app/", s.app)

@@ -4,6 +4,7 @@
 import { agent, get, post } from './api.js';
 import { Stream } from './stream.js';
 import { Timeline, el, describeRule } from './render.js';
+import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
 
 const $ = (id) => document.getElementById(id);
 const state = { conversation: 0, pending: new Map() };
@@ -40,6 +41,7 @@ const stream = new Stream({
     if (e.conversation_id !== state.conversation) return;
     timeline.add(e);
     if (e.kind === 'approval' || e.kind === 'approval_decision') refreshPending().catch(() => {});
+    if (e.kind === 'citation') showCitations(e.run_id);
   },
   onState: (s) => {
     $('stream-state').dataset.state = s;
@@ -63,8 +65,39 @@ async function loadConversation() {
   await refreshPending();
   timeline.clear();
   let last = 0;
-  for (const e of inspection.entries.items || []) { timeline.add(e); last = Math.max(last, e.id); }
+  const cited = new Set();
+  for (const e of inspection.entries.items || []) {
+    timeline.add(e);
+    last = Math.max(last, e.id);
+    if (e.kind === 'citation') cited.add(e.run_id);
+  }
+  for (const run of cited) showCitations(run);
   stream.open(state.conversation, last);
+}
+
+// showCitations puts a run's citations under its reply, each re-checked
+// against the stored text on this read, and each opening its lines.
+const shownCitations = new Set();
+async function showCitations(run) {
+  if (shownCitations.has(run)) return;
+  shownCitations.add(run);
+  const rep = await get(`${agent}/corpus/citations?runId=${run}`).catch(() => null);
+  if (!rep || rep.status === 'running') { shownCitations.delete(run); return; }
+  const answer = [...document.querySelectorAll('#timeline > li.assistant')].filter((li) => li.dataset.run === String(run)).pop();
+  if (!answer) return;
+  const box = el('details', { class: 'citations', open: true }, el('summary', { text: `citations: ${rep.status.replace('_', ' ')}` }));
+  for (const c of rep.citations || []) {
+    const lines = el('pre', { hidden: true });
+    const open = el('button', { type: 'button', class: 'link', text: 'open the lines' });
+    open.addEventListener('click', async () => {
+      const text = await (await fetch(`${agent}/raw?doc=${encodeURIComponent(c.doc)}&version=${c.version}`, { credentials: 'same-origin' })).text();
+      lines.textContent = text.split('\n').slice(c.line_start - 1, c.line_end).join('\n');
+      lines.hidden = false;
+    });
+    box.append(el('div', {}, el('span', { class: c.verified ? 'good' : 'bad', text: c.verified ? 'verified ' : `failed (${c.problem}) ` }),
+      el('span', { text: `[${c.id}] ${c.doc} v${c.version} lines ${c.line_start}–${c.line_end}: “${c.quote}” ` }), open, lines));
+  }
+  answer.append(box);
 }
 
 async function switchTo(id) {
@@ -127,14 +160,17 @@ function renderApprovalsPage(approvals) {
   }));
 }
 
+const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings };
+
 function showPage() {
-  const page = (location.hash.replace('#/', '') || 'chat').split('?')[0];
-  for (const p of ['chat', 'trace', 'approvals']) {
+  let page = (location.hash.replace('#/', '') || 'chat').split('?')[0];
+  if (!$(`page-${page}`)) page = 'chat';
+  for (const a of document.querySelectorAll('nav a[data-page]')) {
+    const p = a.dataset.page;
     $(`page-${p}`).hidden = p !== page;
-    document.querySelector(`nav a[data-page="${p}"]`).toggleAttribute('aria-current', p === page);
-    if (p === page) document.querySelector(`nav a[data-page="${p}"]`).setAttribute('aria-current', 'page');
+    if (p === page) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
-  if (page === 'trace') loadTrace(false).catch((err) => banner(err.message));
+  if (pageLoaders[page]) pageLoaders[page]().catch((err) => banner(err.message));
 }
 
 $('prompt-form').addEventListener('submit', (ev) => { ev.preventDefault(); sendPrompt(); });
@@ -146,6 +182,10 @@ $('prompt').addEventListener('keydown', (ev) => {
 $('reset').addEventListener('click', () => post(`${agent}/reset`).catch((err) => banner(err.message)));
 $('new-conversation').addEventListener('click', () => post(`${agent}/session/new`, {}).then(loadConversation).catch((err) => banner(err.message)));
 $('trace-kind').addEventListener('change', renderTrace);
+$('rename-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  post(`${agent}/session/rename`, { id: state.conversation, title: $('rename').value.trim() }).then(() => { $('rename').value = ''; return loadConversation(); }).catch((err) => banner(err.message));
+});
 $('trace-more').addEventListener('click', () => loadTrace(true).catch((err) => banner(err.message)));
 $('sign-out').addEventListener('click', async () => {
   stream.close();

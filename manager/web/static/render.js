@@ -53,6 +53,7 @@ export class Timeline {
     const item = this.card(e);
     if (item) {
       item.dataset.entry = e.id;
+      if (e.run_id) item.dataset.run = e.run_id;
       this.list.append(item);
       item.scrollIntoView({ block: 'nearest' });
     }

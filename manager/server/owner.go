@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/outbound"
+	"github.com/affido/affido/manager/registry"
+)
+
+// Owners is what the owner's manager-side pages read and set: the
+// sandbox's life, notifications, where notifications go.
+type Owners interface {
+	Activity(ctx context.Context, user string, limit int) (registry.Activity, error)
+	// Sandbox returns registry.ErrNotFound before the first request.
+	Sandbox(ctx context.Context, user string) (registry.Sandbox, error)
+	NotifyURL(ctx context.Context, user string) (string, error)
+	SetNotifyURL(ctx context.Context, user, url string) error
+}
+
+// URLChecker refuses a destination before it is saved (manager/outbound).
+type URLChecker interface {
+	CheckURL(ctx context.Context, raw string) error
+}
+
+func (s *Server) ownerRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/activity", s.activity)
+	mux.HandleFunc("GET /api/sandbox", s.sandbox)
+	mux.HandleFunc("POST /api/sandbox/resume", s.resume)
+	mux.HandleFunc("GET /api/notify", s.notifyURL)
+	mux.HandleFunc("PUT /api/notify", s.setNotifyURL)
+}
+
+func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	a, err := s.Owners.Activity(r.Context(), user, 200)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, a)
+}
+
+// sandbox answers the sandbox's state and next wake, without waking it.
+func (s *Server) sandbox(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	sb, err := s.Owners.Sandbox(r.Context(), user)
+	if errors.Is(err, registry.ErrNotFound) {
+		writeJSONStatus(w, http.StatusOK, map[string]any{"state": "none", "detail": "no sandbox yet: the first request makes one"})
+		return
+	} else if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"state": sb.State, "last_active_at": sb.LastActiveAt,
+		"wake_at": sb.WakeAt, "reported_wake_at": sb.ReportedWakeAt, "created_at": sb.CreatedAt})
+}
+
+// resume brings the sandbox up now (unpause, start or recreate).
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 40*time.Second)
+	defer cancel()
+	if _, err := s.Resolver.Resolve(ctx, user, true); err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the sandbox could not be resumed: "+err.Error())
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"state": registry.StateRunning})
+}
+
+func (s *Server) notifyURL(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	u, err := s.Owners.NotifyURL(r.Context(), user)
+	if err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"url": u})
+}
+
+// setNotifyURL sets where notifications go; the guard refuses, now, a URL
+// that leads inward (it refuses it again at every delivery).
+func (s *Server) setNotifyURL(w http.ResponseWriter, r *http.Request) {
+	user, ok := s.owner(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		URL string `json:"url"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || len(body.URL) > 2048 {
+		problem.Write(w, http.StatusBadRequest, "bad-json", `send {"url": "https://…"} ("" for none)`)
+		return
+	}
+	if body.URL != "" && s.URLCheck != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		err := s.URLCheck.CheckURL(ctx, body.URL)
+		cancel()
+		switch {
+		case errors.Is(err, outbound.ErrBadURL):
+			problem.Write(w, http.StatusBadRequest, "bad-url", "the notification URL must be an http or https URL")
+			return
+		case errors.Is(err, outbound.ErrRefused):
+			problem.Write(w, http.StatusBadRequest, "url-refused", "that URL leads to an address notifications may not reach (loopback, private, the control network, the sandbox pool)")
+			return
+		case err != nil:
+			problem.Write(w, http.StatusBadRequest, "url-unresolved", "the URL's host does not resolve: "+err.Error())
+			return
+		}
+	}
+	if err := s.Owners.SetNotifyURL(r.Context(), user, body.URL); err != nil {
+		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+		return
+	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"url": body.URL})
+}

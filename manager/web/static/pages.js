@@ -1,0 +1,209 @@
+// pages: files, skills, reminders, activity and settings. Each reads the
+// store through the API every time it is shown; nothing is cached.
+import { agent, call, get, post } from './api.js';
+import { el, describeRule } from './render.js';
+
+const $ = (id) => document.getElementById(id);
+const say = (text) => { $('status-line').textContent = text; };
+const fail = (err) => say(`error: ${err.message}`);
+const when = (t) => (t ? new Date(t).toLocaleString() : '—');
+const usd = (micros) => (micros === undefined || micros === null ? '—' : (micros / 1e6).toFixed(4));
+
+// upload sends bytes as they are (uploads and ingest take raw bodies).
+async function upload(method, path, body) {
+  const resp = await fetch(path, { method, body, credentials: 'same-origin', headers: { 'Content-Type': 'application/octet-stream' } });
+  if (!resp.ok) {
+    let detail = resp.statusText;
+    try { detail = (await resp.json()).detail || detail; } catch { /* not JSON */ }
+    throw new Error(detail);
+  }
+  return resp.json();
+}
+
+// Files: browse the workspace, upload by drop or picker, download, delete,
+// ingest a file into the corpus.
+const files = { path: '.' };
+export async function showFiles() {
+  $('files-path').textContent = files.path === '.' ? '/' : `/${files.path}`;
+  $('files-up').hidden = files.path === '.';
+  let list = [];
+  try {
+    list = (await get(`${agent}/files?path=${encodeURIComponent(files.path)}`)).files || [];
+  } catch (err) {
+    if (err.status !== 404) throw err; // an empty workspace has no uploads/ yet
+  }
+  $('file-list').replaceChildren(...list.map((f) => {
+    const name = f.dir ? el('button', { type: 'button', class: 'link', text: `${f.name}/` }) : el('a', { href: `${agent}/file?path=${encodeURIComponent(f.path)}`, text: f.name, download: f.name });
+    if (f.dir) name.addEventListener('click', () => { files.path = f.path; showFiles().catch(fail); });
+    // Two steps, no dialog: the first press asks, the second deletes.
+    const del = el('button', { type: 'button', class: 'quiet', text: 'Delete', 'data-action': 'delete' });
+    del.addEventListener('click', async () => {
+      if (!del.dataset.armed) {
+        del.dataset.armed = '1';
+        del.textContent = f.dir ? 'Delete it and all in it?' : 'Really delete?';
+        return;
+      }
+      await call('DELETE', `${agent}/files?path=${encodeURIComponent(f.path)}`).catch(fail);
+      showFiles().catch(fail);
+    });
+    const actions = el('td', {}, del);
+    if (!f.dir) {
+      const ingest = el('button', { type: 'button', class: 'quiet', text: 'Ingest', 'data-action': 'ingest' });
+      ingest.addEventListener('click', async () => {
+        try {
+          const bytes = await (await fetch(`${agent}/file?path=${encodeURIComponent(f.path)}`, { credentials: 'same-origin' })).blob();
+          const v = await upload('POST', `${agent}/ingest?name=${encodeURIComponent(f.name)}`, bytes);
+          say(`ingested ${v.doc || f.name} version ${v.version}`);
+        } catch (err) { fail(err); }
+      });
+      actions.append(' ', ingest);
+    }
+    return el('tr', { 'data-path': f.path }, el('td', {}, name), el('td', { text: f.dir ? '' : String(f.size) }), el('td', { text: when(f.modified) }), actions);
+  }));
+}
+
+async function uploadFiles(list) {
+  for (const f of list) {
+    try {
+      await upload('PUT', `${agent}/uploads/${encodeURIComponent(f.name)}`, f);
+      say(`uploaded uploads/${f.name}`);
+    } catch (err) { fail(err); }
+  }
+  files.path = 'uploads';
+  await showFiles();
+}
+
+$('upload').addEventListener('change', (ev) => uploadFiles([...ev.target.files]).catch(fail));
+$('files-up').addEventListener('click', () => {
+  files.path = files.path.includes('/') ? files.path.slice(0, files.path.lastIndexOf('/')) : '.';
+  showFiles().catch(fail);
+});
+const drop = $('drop');
+drop.addEventListener('dragover', (ev) => { ev.preventDefault(); drop.classList.add('over'); });
+drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+drop.addEventListener('drop', (ev) => {
+  ev.preventDefault();
+  drop.classList.remove('over');
+  uploadFiles([...ev.dataTransfer.files]).catch(fail);
+});
+
+// Skills: installed ones with whether they still match their record; the
+// marketplace with descriptions and versions; install and remove.
+export async function showSkills() {
+  const [installed, market] = await Promise.all([get(`${agent}/skills`), get(`${agent}/skills/marketplace`)]);
+  const have = new Map((installed.skills || []).map((s) => [s.name, s]));
+  $('installed-skills').replaceChildren(...(installed.skills || []).map((s) => {
+    const rm = el('button', { type: 'button', class: 'quiet', text: 'Remove' });
+    rm.addEventListener('click', () => call('DELETE', `${agent}/skills/${encodeURIComponent(s.name)}`).then(showSkills).catch(fail));
+    return el('li', { 'data-skill': s.name },
+      el('span', {}, el('strong', { text: `${s.name} ${s.version}` }), ` ${s.description} `,
+        el('span', { class: s.ok ? 'good' : 'bad', text: s.ok ? 'matches its record' : `not ok: ${s.problem}` }),
+        el('span', { class: 'label', text: s.digest })),
+      rm);
+  }));
+  if (!(installed.skills || []).length) $('installed-skills').replaceChildren(el('li', { class: 'muted', text: 'No skills yet: your agent starts with none.' }));
+  $('market-skills').replaceChildren(...(market.skills || []).map((s) => {
+    const item = el('li', { 'data-market': s.name }, el('span', {}, el('strong', { text: `${s.name} ${s.latest}` }), ` ${s.description} `,
+      el('span', { class: 'label', text: `versions: ${(s.versions || []).join(', ')}` })));
+    if (have.has(s.name)) {
+      item.append(el('span', { class: 'muted', text: 'installed' }));
+    } else {
+      const inst = el('button', { type: 'button', class: 'quiet', text: 'Install' });
+      inst.addEventListener('click', () => { inst.disabled = true; post(`${agent}/skills/install`, { name: s.name }).then(showSkills).catch((err) => { inst.disabled = false; fail(err); }); });
+      item.append(inst);
+    }
+    return item;
+  }));
+}
+
+// Reminders (scheduled jobs will join them): list and cancel.
+export async function showReminders() {
+  const { reminders } = await get(`${agent}/reminders`);
+  if (!reminders.length) { $('reminder-list').replaceChildren(el('li', { class: 'muted', text: 'No reminders are waiting.' })); return; }
+  $('reminder-list').replaceChildren(...reminders.map((r) => {
+    const cancel = el('button', { type: 'button', class: 'quiet', text: 'Cancel' });
+    cancel.addEventListener('click', () => post(`${agent}/reminders/${r.id}/cancel`).then(showReminders).catch(fail));
+    return el('li', {}, el('span', {}, el('strong', { text: when(r.due) }), ` ${r.text}`), cancel);
+  }));
+}
+
+// Activity: one timeline of what the agent did (its runs, tool calls,
+// approvals, reminders) and what the sandbox lived through (provisioned,
+// paused, woken, stopped, removed) and the notifications, newest first.
+export async function showActivity() {
+  const [mine, inspection] = await Promise.all([get('/api/activity'), get(`${agent}/inspect?order=desc&limit=200`)]);
+  const rows = [];
+  for (const e of inspection.entries.items || []) {
+    if (['reset', 'hint', 'citation', 'summary'].includes(e.kind)) continue;
+    const what = e.kind === 'tool_call' ? `called ${e.tool_name}` : e.kind === 'tool_result' ? `${e.tool_name} returned${e.is_error ? ' an error' : ''}` : e.kind.replace('_', ' ');
+    rows.push({ at: e.at, source: 'agent', text: `${what}${e.text ? `: ${e.text.slice(0, 160)}` : ''}`, entry: e.id });
+  }
+  for (const ev of mine.events || []) rows.push({ at: ev.at, source: 'sandbox', text: `${ev.kind.replace('sandbox.', '')} ${Object.keys(ev.detail || {}).length ? JSON.stringify(ev.detail) : ''}` });
+  for (const n of mine.notifications || []) rows.push({ at: n.created_at, source: 'notification', text: `${n.status} after ${n.tries} tries${n.last_error ? ` (${n.last_error})` : ''}: ${n.text.slice(0, 160)}` });
+  rows.sort((a, b) => new Date(b.at) - new Date(a.at));
+  const filter = $('activity-filter').value;
+  $('activity-list').replaceChildren(...rows.filter((r) => !filter || r.source === filter).map((r) => {
+    const li = el('li', { 'data-source': r.source }, el('strong', { text: `${when(r.at)} ${r.source} ` }), el('span', { text: r.text }));
+    if (r.entry) li.append(' ', el('a', { href: `#/trace`, text: `entry ${r.entry}` }));
+    return li;
+  }));
+}
+$('activity-filter').addEventListener('change', () => showActivity().catch(fail));
+
+// Settings: the sandbox, notifications, rules, spend, sessions, tokens.
+export async function showSettings() {
+  const [sb, notify, rules, spend, sessions, tokens] = await Promise.all([
+    get('/api/sandbox'), get('/api/notify'), get(`${agent}/rules`), get('/api/spend').catch(() => null), get('/api/sessions'), get('/api/tokens')]);
+  const wake = sb.reported_wake_at || sb.wake_at;
+  $('sandbox-state').textContent = `state: ${sb.state}; last active ${when(sb.last_active_at)}; next wake ${wake ? when(wake) : 'none'}`;
+  $('notify-url').value = notify.url || '';
+  $('notify-state').textContent = notify.url ? `notifications go to ${notify.url}` : 'no notification URL: notifications are kept but not sent';
+  const tools = Object.keys(rules.defaults || {}).sort();
+  $('rule-tool').replaceChildren(...tools.map((t) => el('option', { value: t, text: `${t} (default ${rules.defaults[t]})` })));
+  $('rule-list').replaceChildren(...(rules.rules || []).map((r) => {
+    const del = el('button', { type: 'button', class: 'quiet', text: 'Remove' });
+    del.addEventListener('click', () => call('DELETE', `${agent}/rules/${r.id}`).then(showSettings).catch(fail));
+    return el('li', { 'data-rule': r.id }, el('span', { text: `#${r.id} ${describeRule(r)}` }), del);
+  }));
+  if (!(rules.rules || []).length) $('rule-list').replaceChildren(el('li', { class: 'muted', text: 'No rules: read-only tools run, everything else asks you.' }));
+  // Spend by model today and this month, against the limits.
+  const total = (m) => Object.values(m || {}).reduce((a, b) => a + b, 0);
+  const rowsOf = (label, spent, limit) => el('tr', {}, el('td', { text: label }), el('td', { text: usd(spent) }), el('td', { text: usd(limit) }));
+  const spendRows = spend ? [rowsOf('today', total(spend.today_micros), spend.daily_limit_micros), rowsOf('this month', total(spend.month_micros), spend.monthly_limit_micros),
+    ...Object.entries(spend.month_micros || {}).map(([m, v]) => rowsOf(`  ${m} this month`, v, null))] : [];
+  $('spend').replaceChildren(...spendRows);
+  $('another-day').disabled = !spend || spend.another_day_allowed_today;
+  $('session-list').replaceChildren(...sessions.sessions.map((s) => {
+    const rev = el('button', { type: 'button', class: 'quiet', text: s.current ? 'This session' : 'Revoke', disabled: s.current });
+    rev.addEventListener('click', () => call('DELETE', `/api/sessions/${s.id}`).then(showSettings).catch(fail));
+    return el('li', {}, el('span', { text: `${s.user_agent || 'unknown client'} · since ${when(s.created_at)} · until ${when(s.expires_at)}` }), rev);
+  }));
+  $('token-list').replaceChildren(...tokens.tokens.map((t) => {
+    const rev = el('button', { type: 'button', class: 'quiet', text: 'Revoke' });
+    rev.addEventListener('click', () => call('DELETE', `/api/tokens/${t.id}`).then(showSettings).catch(fail));
+    return el('li', {}, el('span', { text: `${t.name} · made ${when(t.created_at)} · last used ${when(t.last_used_at)}` }), rev);
+  }));
+}
+
+$('resume').addEventListener('click', () => post('/api/sandbox/resume').then(showSettings).catch(fail));
+$('notify-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  call('PUT', '/api/notify', { url: $('notify-url').value.trim() }).then(() => { say('saved'); showSettings(); }).catch(fail);
+});
+$('rule-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const rule = { tool: $('rule-tool').value, effect: $('rule-effect').value };
+  const cond = $('rule-cond').value;
+  if (cond) rule.when = { [cond]: $('rule-value').value };
+  post(`${agent}/rules`, rule).then(() => { $('rule-value').value = ''; showSettings(); }).catch(fail);
+});
+$('another-day').addEventListener('click', () => post('/api/spend/another-day').then(() => { say('today\'s limit is raised once'); showSettings(); }).catch(fail));
+$('token-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  post('/api/tokens', { name: $('token-name').value.trim() }).then((t) => {
+    $('new-token').textContent = `Your new token (shown this once, copy it now): ${t.token}`;
+    $('new-token').hidden = false;
+    $('token-name').value = '';
+    showSettings();
+  }).catch(fail);
+});
