@@ -197,9 +197,24 @@ func TestWebClientInABrowser(t *testing.T) {
 	defer done()
 	signInInBrowser(t, ctx, user, password)
 
+	// The reply streams in (a draft card the stored reply replaces).
+	until(t, ctx, "watch for drafts", `(window.sawDraft = false, new MutationObserver((ms) => { for (const m of ms) for (const n of m.addedNodes) if (n.classList && n.classList.contains('draft')) window.sawDraft = true; }).observe(document.querySelector('#timeline'), { childList: true }), true)`)
 	sendInBrowser(t, ctx, "hello browser")
 	until(t, ctx, "the reply", cardsWith("echo: hello browser")+` === 1`)
+	until(t, ctx, "it streamed in first, and its draft is gone", `window.sawDraft === true && document.querySelectorAll('#timeline li.draft').length === 0`)
 	screenshots(t, ctx, "conversation")
+
+	// Citations required: the reply shows its spans, verified on this read.
+	if r := post(t, user, tok, "/ingest?name=pets.txt", "Cats sleep all day.\nDogs dream too, like people do.\n"); r.Code != 201 {
+		t.Fatalf("ingest: %d %s", r.Code, r.Body)
+	}
+	run(t, ctx, "citations required", chromedp.Click(chromedp.ID("cite")))
+	sendInBrowser(t, ctx, "cite dogs dream")
+	until(t, ctx, "the verified citation", `[...document.querySelectorAll('#timeline details.citations summary')].some(s => s.textContent.includes('attribution verified'))`)
+	run(t, ctx, "open the cited lines", chromedp.Click(chromedp.CSS(`#timeline details.citations button`)))
+	until(t, ctx, "the stored lines", `[...document.querySelectorAll('#timeline details.citations pre')].some(p => !p.hidden && p.textContent.includes('Dogs dream too'))`)
+	screenshots(t, ctx, "citations")
+	run(t, ctx, "citations off", chromedp.Click(chromedp.ID("cite")))
 
 	// A reload while the model is still answering: the reply arrives once.
 	sendInBrowser(t, ctx, "slow 3000: slow one")

@@ -145,7 +145,11 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 			return StepResult{}, err
 		}
 	}
-	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, nil)
+	var onDelta func(string)
+	if h.opts.OnDelta != nil && (h.opts.Streams == nil || h.opts.Streams(sub.Input.Options, settings)) {
+		onDelta = func(text string) { h.opts.OnDelta(t.ConversationID, t.ID, text) }
+	}
+	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, onDelta)
 	if err != nil {
 		if ctx.Err() != nil {
 			return StepResult{}, ctx.Err()

@@ -91,6 +91,12 @@ type Options struct {
 	// Gate, if set, checks every model reply before it is stored; a
 	// non-empty reason rejects it (nothing is written) and the model is told why.
 	Gate func(ctx context.Context, g GateInput) (reason string, extra []Entry, err error)
+	// OnDelta, if set, hears a model reply's text as it streams in, before
+	// it is stored (for a watcher; nothing durable). Streams, if set, says
+	// whether a run's reply may be shown before it is stored: not when a
+	// gate may still reject it.
+	OnDelta func(conv, run int64, text string)
+	Streams func(options, settings map[string]string) bool
 	// Policy, if set, judges every tool call before it runs (nil: all run).
 	Policy Policy
 	// OnApproval returns tasks to commit with a new approval (the owner's

@@ -389,3 +389,73 @@ func TestHousekeepingRoutes(t *testing.T) {
 		t.Fatalf("marketplace without skills: %d", code)
 	}
 }
+
+// A reply streams in as deltas before its entry is stored; a reply that
+// must carry citations does not (the gate may still reject it).
+func TestEventsStreamDeltasBeforeTheEntry(t *testing.T) {
+	a := newAgent(t)
+	req, _ := http.NewRequest("GET", a.http.URL+"/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	a.prompt("stream these words to me please")
+	var text strings.Builder
+	deltas := 0
+	var event string
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		line = strings.TrimRight(line, "\n")
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			event = v
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		if event == "delta" {
+			var d struct{ Text string }
+			json.Unmarshal([]byte(data), &d)
+			text.WriteString(d.Text)
+			deltas++
+		}
+		if event == "entry" && strings.Contains(data, `"assistant_message"`) {
+			break
+		}
+	}
+	if deltas < 2 || text.String() != "echo: stream these words to me please" {
+		t.Fatalf("%d deltas making %q", deltas, text.String())
+	}
+	// Citations required: nothing is shown before the gate passed the reply.
+	a.do("POST", "/ingest?name=pets.txt", "Cats sleep all day.\nDogs dream too.\n")
+	if code, m := a.do("POST", "/prompt", `{"text":"cite dogs dream","citations":"required"}`); code != 200 || m["status"] != "done" {
+		t.Fatalf("cited prompt: %d %v", code, m)
+	}
+	deltas = 0
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		line = strings.TrimRight(line, "\n")
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			event = v
+			if event == "delta" {
+				deltas++
+			}
+			continue
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok && event == "entry" && strings.Contains(data, `"assistant_message"`) && strings.Contains(data, "cite:") {
+			break
+		}
+	}
+	if deltas != 0 {
+		t.Fatalf("a reply under citations required streamed %d deltas before the gate", deltas)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/affido/affido/agent/durable"
@@ -67,6 +68,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	beat := time.NewTicker(eventsHeartbeat)
 	defer beat.Stop()
+	deltas, unsubscribe := s.deltas.subscribe(conv)
+	defer unsubscribe()
 	for {
 		changed := h.Changed()
 		if h.Closed() { // paused meanwhile: reopen, someone is watching
@@ -93,6 +96,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case d := <-deltas:
+			b, _ := json.Marshal(d)
+			if _, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b); err != nil {
+				return
+			}
+			fl.Flush()
+			continue
 		case <-changed:
 		case <-beat.C:
 			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
@@ -110,4 +120,47 @@ func writeEntryEvent(w http.ResponseWriter, e durable.Entry) error {
 	}
 	_, err = fmt.Fprintf(w, "id: %d\nevent: entry\ndata: %s\n\n", e.ID, b)
 	return err
+}
+
+// delta is a piece of a reply as it streams in: shown, never stored, and
+// without an event id (a reconnect gets the stored reply instead).
+type delta struct {
+	RunID int64  `json:"run_id"`
+	Text  string `json:"text"`
+}
+
+// deltaHub hands reply deltas to the open streams of a conversation. A
+// stream that does not keep up misses deltas, never the stored entries.
+type deltaHub struct {
+	mu   sync.Mutex
+	subs map[int64]map[chan delta]bool
+}
+
+func (d *deltaHub) subscribe(conv int64) (<-chan delta, func()) {
+	c := make(chan delta, 256)
+	d.mu.Lock()
+	if d.subs == nil {
+		d.subs = map[int64]map[chan delta]bool{}
+	}
+	if d.subs[conv] == nil {
+		d.subs[conv] = map[chan delta]bool{}
+	}
+	d.subs[conv][c] = true
+	d.mu.Unlock()
+	return c, func() {
+		d.mu.Lock()
+		delete(d.subs[conv], c)
+		d.mu.Unlock()
+	}
+}
+
+func (d *deltaHub) publish(conv, run int64, text string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c := range d.subs[conv] {
+		select {
+		case c <- delta{RunID: run, Text: text}:
+		default:
+		}
+	}
 }

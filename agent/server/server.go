@@ -62,6 +62,7 @@ type Server struct {
 	corpus *corpus.Corpus
 	tools  []durable.Tool // the harness's tools: the configured ones and corpus_search
 	book   *policy.Book   // the owner's rules: every tool call is judged by them
+	deltas deltaHub       // replies as they stream, to the open event streams
 
 	inflight atomic.Int64
 
@@ -245,6 +246,9 @@ func (s *Server) storage(ctx context.Context) (*durable.Harness, error) {
 	opts.Tools = s.tools
 	opts.Gate = citations.Gate(s.corpus)
 	opts.Policy = s.book
+	opts.OnDelta = s.deltas.publish
+	// A reply that must carry verified citations is shown once it passed.
+	opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }
 	h, err := durable.Open(ctx, store, opts)
 	if err != nil {
 		store.Close()

@@ -43,6 +43,7 @@ const stream = new Stream({
     if (e.kind === 'approval' || e.kind === 'approval_decision') refreshPending().catch(() => {});
     if (e.kind === 'citation') showCitations(e.run_id);
   },
+  onDelta: (d) => timeline.delta(d),
   onState: (s) => {
     $('stream-state').dataset.state = s;
     $('stream-state').textContent = s === 'live' ? 'live' : s === 'reconnecting' ? 'reconnecting…' : 'connecting…';
@@ -111,10 +112,12 @@ async function loadModels() {
 }
 
 function sendPrompt() {
-  const text = $('prompt').value;
-  if (!text.trim()) return;
+  const text = $('prompt').value.trim();
+  if (!text) return;
   $('prompt').value = '';
-  post(`${agent}/prompt`, { text, model: $('model').value, wait: false }).catch((err) => {
+  const body = { text, model: $('model').value, wait: false };
+  if ($('cite').checked) body.citations = 'required';
+  post(`${agent}/prompt`, body).catch((err) => {
     banner(`not sent: ${err.message}`);
     $('prompt').value = text;
   });

@@ -41,15 +41,32 @@ export class Timeline {
 
   clear() {
     this.list.replaceChildren();
+    this.drafts = new Map();     // run id -> the reply streaming in, not stored yet
     this.seen = new Set();
     this.calls = new Map();      // tool call id -> its <details> row
     this.approvals = new Map();  // approval id -> its card
     this.decisions = new Map();  // approval id -> decision data
   }
 
+  // delta shows a reply as it streams in; its stored entry replaces it.
+  delta(d) {
+    let card = this.drafts.get(d.run_id);
+    if (!card) {
+      card = el('li', { class: 'assistant draft', 'data-draft': d.run_id }, el('span', { class: 'label', text: 'agent (writing…)' }), el('span', { class: 'text' }));
+      this.drafts.set(d.run_id, card);
+      this.list.append(card);
+    }
+    card.querySelector('.text').textContent += d.text;
+    card.scrollIntoView({ block: 'nearest' });
+  }
+
   add(e) {
     if (this.seen.has(e.id)) return;
     this.seen.add(e.id);
+    if (e.kind === 'assistant_message' || e.kind === 'error') {
+      const draft = this.drafts.get(e.run_id);
+      if (draft) { draft.remove(); this.drafts.delete(e.run_id); }
+    }
     const item = this.card(e);
     if (item) {
       item.dataset.entry = e.id;

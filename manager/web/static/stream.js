@@ -7,8 +7,9 @@
 import { agent } from './api.js';
 
 export class Stream {
-  constructor({ onEntry, onState }) {
+  constructor({ onEntry, onDelta, onState }) {
     this.onEntry = onEntry;
+    this.onDelta = onDelta;
     this.onState = onState;
     this.last = 0;
     this.conversation = 0;
@@ -35,6 +36,7 @@ export class Stream {
       if (id > this.last) this.last = id;
       this.onEntry(JSON.parse(ev.data));
     });
+    es.addEventListener('delta', (ev) => this.onDelta(JSON.parse(ev.data)));
     es.addEventListener('error', () => {
       if (es !== this.es) return;
       if (es.readyState === EventSource.CLOSED) { // gave up: reconnect ourselves
