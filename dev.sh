@@ -193,8 +193,9 @@ INSERT INTO session (token, user_id, expires_at) VALUES ('$DEV_TOKEN', '$DEV_USE
   ON CONFLICT (token) DO UPDATE SET expires_at = EXCLUDED.expires_at;"
 
 seed_dev_session() {
-  docker exec -i "$(compose ps -q oltp)" psql -q -U affido -d affido -v ON_ERROR_STOP=1 -c "$DEV_SQL" >/dev/null
+  # The password first: setting one ends the user's sessions.
   printf '%s\n' "$DEV_PASSWORD" | docker exec -i "$(manager_id)" /bin/affido admin password "$DEV_USER" >/dev/null
+  docker exec -i "$(compose ps -q oltp)" psql -q -U affido -d affido -v ON_ERROR_STOP=1 -c "$DEV_SQL" >/dev/null
 }
 
 port_free_or_ours() {

@@ -334,6 +334,9 @@ func TestWebClientPagesInABrowser(t *testing.T) {
 
 	run(t, ctx, "settings", chromedp.Navigate(baseURL+"/app/#/settings"))
 	until(t, ctx, "the sandbox state", `document.querySelector('#sandbox-state').textContent.includes('state: running')`)
+	if n := count(t, ctx, `[...document.querySelectorAll('section.page')].filter(p => p.offsetParent !== null).length`); n != 1 {
+		t.Fatalf("%d pages show at once", n)
+	}
 	run(t, ctx, "an inward notification URL", chromedp.SetValue(chromedp.ID("notify-url"), "http://127.0.0.1:9090/healthz"), chromedp.Click(chromedp.CSS(`#notify-form button`)))
 	until(t, ctx, "refused", `document.querySelector('#status-line').textContent.includes('error')`)
 	run(t, ctx, "a rule", chromedp.SetValue(chromedp.ID("rule-tool"), "shell"), chromedp.SetValue(chromedp.ID("rule-cond"), "command_prefix"),

@@ -147,7 +147,12 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 	}
 	var onDelta func(string)
 	if h.opts.OnDelta != nil && (h.opts.Streams == nil || h.opts.Streams(sub.Input.Options, settings)) {
-		onDelta = func(text string) { h.opts.OnDelta(t.ConversationID, t.ID, text) }
+		onDelta = func(text string) {
+			if text != "" {
+				h.opts.OnDelta(t.ConversationID, t.ID, text)
+			}
+		}
+		h.opts.OnDelta(t.ConversationID, t.ID, "") // a new attempt: what an earlier one streamed is void
 	}
 	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, onDelta)
 	if err != nil {

@@ -92,7 +92,7 @@ type Options struct {
 	// non-empty reason rejects it (nothing is written) and the model is told why.
 	Gate func(ctx context.Context, g GateInput) (reason string, extra []Entry, err error)
 	// OnDelta, if set, hears a model reply's text as it streams in, before
-	// it is stored (for a watcher; nothing durable). Streams, if set, says
+	// it is stored (for a watcher; nothing durable); "" starts each attempt. Streams, if set, says
 	// whether a run's reply may be shown before it is stored: not when a
 	// gate may still reject it.
 	OnDelta func(conv, run int64, text string)

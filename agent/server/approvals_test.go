@@ -388,6 +388,17 @@ func TestHousekeepingRoutes(t *testing.T) {
 	if code, _ := a.do("GET", "/skills/marketplace", ""); code != 404 {
 		t.Fatalf("marketplace without skills: %d", code)
 	}
+	// A page showing conversation 1 while another is current answers in 1.
+	a.do("POST", "/session/new", `{"title":"other"}`)
+	if code, m := a.do("POST", "/prompt", `{"text":"to the first","conversation":1}`); code != 200 || m["conversation_id"].(float64) != 1 {
+		t.Fatalf("prompt to conversation 1: %d %v", code, m)
+	}
+	if code, _ := a.do("POST", "/prompt", `{"text":"x","conversation":99999}`); code != 404 {
+		t.Fatalf("prompt to an unknown conversation: %d", code)
+	}
+	if code, m := a.do("POST", "/reset?conversation=1", ""); code != 200 || m["conversation_id"].(float64) != 1 {
+		t.Fatalf("reset conversation 1: %d %v", code, m)
+	}
 }
 
 // A reply streams in as deltas before its entry is stored; a reply that

@@ -70,13 +70,31 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	defer beat.Stop()
 	deltas, unsubscribe := s.deltas.subscribe(conv)
 	defer unsubscribe()
+	sendDelta := func(d delta) error {
+		b, _ := json.Marshal(d)
+		_, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b)
+		return err
+	}
+	changed := h.Changed()
 	for {
-		changed := h.Changed()
 		if h.Closed() { // paused meanwhile: reopen, someone is watching
 			if h, err = s.storage(r.Context()); err != nil {
 				return
 			}
+			changed = h.Changed()
 			continue
+		}
+		// A reply's deltas are all queued before its entry is committed:
+		// send them first, so the stored reply comes after its pieces.
+		for drained := false; !drained; {
+			select {
+			case d := <-deltas:
+				if err := sendDelta(d); err != nil {
+					return
+				}
+			default:
+				drained = true
+			}
 		}
 		entries, err := h.Store().EntriesSince(r.Context(), conv, after+1)
 		if err != nil && r.Context().Err() == nil && !h.Closed() {
@@ -90,25 +108,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 			after = e.ID
 		}
-		if len(entries) > 0 {
-			fl.Flush()
-		}
+		fl.Flush()
 		select {
 		case <-r.Context().Done():
 			return
 		case d := <-deltas:
-			b, _ := json.Marshal(d)
-			if _, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b); err != nil {
+			if err := sendDelta(d); err != nil {
 				return
 			}
-			fl.Flush()
-			continue
 		case <-changed:
+			changed = h.Changed()
 		case <-beat.C:
 			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
 				return
 			}
-			fl.Flush()
 		}
 	}
 }

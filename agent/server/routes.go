@@ -40,6 +40,18 @@ func (s *Server) current(w http.ResponseWriter, r *http.Request) (*durable.Harne
 	return h, conv, true
 }
 
+// conversationOr404 checks that conversation id exists, or answers 404.
+func (s *Server) conversationOr404(w http.ResponseWriter, r *http.Request, h *durable.Harness, id int64) (int64, bool) {
+	if _, err := h.Store().Conversation(r.Context(), id); errors.Is(err, durable.ErrNotFound) {
+		problem.Write(w, http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", id))
+		return 0, false
+	} else if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return 0, false
+	}
+	return id, true
+}
+
 func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 	h, conv, ok := s.current(w, r)
 	if !ok {
@@ -163,10 +175,21 @@ func (s *Server) sessionSwitch(w http.ResponseWriter, r *http.Request) {
 }
 
 // reset writes a reset marker: the context is cut, the conversation kept.
+// ?conversation= names the conversation (default: the current one).
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	h, conv, ok := s.current(w, r)
 	if !ok {
 		return
+	}
+	if v := r.URL.Query().Get("conversation"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			problem.Write(w, http.StatusBadRequest, "bad-conversation", "conversation is a positive integer")
+			return
+		}
+		if conv, ok = s.conversationOr404(w, r, h, n); !ok {
+			return
+		}
 	}
 	id, err := h.Store().MintID()
 	if err == nil {
@@ -255,6 +278,9 @@ func (s *Server) entry(w http.ResponseWriter, r *http.Request) {
 
 type promptRequest struct {
 	Text      string `json:"text"`
+	// Conversation, if set, is the conversation to answer in (a page
+	// showing one conversation while another is current); else the current.
+	Conversation int64 `json:"conversation"`
 	RequestID string `json:"requestId"`
 	Model     string `json:"model"`
 	Citations string `json:"citations"`
@@ -311,6 +337,11 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) {
 	h, conv, ok := s.current(w, r)
 	if !ok {
 		return
+	}
+	if req.Conversation != 0 {
+		if conv, ok = s.conversationOr404(w, r, h, req.Conversation); !ok {
+			return
+		}
 	}
 	in := durable.Input{Text: req.Text, RequestID: req.RequestID, Model: req.Model, Hint: s.skillHint(req.Text)}
 	if req.Citations != "" {

@@ -73,6 +73,17 @@ func startStack(t *testing.T) *stack {
 			s.sbB = ln.Addr().String()
 		}
 		serve(t, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hostile-headers" { // a sandbox trying to act on the site's origin
+				w.Header().Add("Set-Cookie", "better-auth.session_token=planted; Path=/")
+				w.Header().Set("Clear-Site-Data", `"cookies"`)
+				w.Header().Set("Access-Control-Allow-Origin", "*")
+				w.Header().Set("Access-Control-Allow-Credentials", "true")
+				w.Header().Set("Service-Worker-Allowed", "/")
+				w.Header().Set("Content-Security-Policy", "default-src *")
+				w.Header().Set("Content-Type", "text/html")
+				fmt.Fprint(w, "<script>steal()</script>")
+				return
+			}
 			fmt.Fprintf(w, "sandbox %s path=%s cookie=%q auth=%q endpoint=%q", name, r.URL.Path,
 				r.Header.Get("Cookie"), r.Header.Get("Authorization"), r.Header.Get("X-Sandbox-Endpoint"))
 		}))
@@ -219,6 +230,27 @@ func TestCaddyRoute(t *testing.T) {
 			if code < 500 || strings.Contains(body, "sandbox") || strings.Contains(body, "manager") {
 				t.Errorf("%s: got %d %q", user, code, body)
 			}
+		}
+	})
+
+	t.Run("a sandbox's answer cannot set cookies, site data, CORS or scripts on the origin", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", s.user+"/u/alice/hostile-headers", nil)
+		req.Header.Set("Cookie", "better-auth.session_token=a-token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, h := range []string{"Set-Cookie", "Clear-Site-Data", "Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Service-Worker-Allowed"} {
+			if v := resp.Header.Get(h); v != "" {
+				t.Errorf("%s passed through: %q", h, v)
+			}
+		}
+		if csp := resp.Header.Values("Content-Security-Policy"); len(csp) != 1 || !strings.HasPrefix(csp[0], "sandbox") {
+			t.Errorf("Content-Security-Policy %q, want only Caddy's sandbox policy", csp)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("no nosniff")
 		}
 	})
 

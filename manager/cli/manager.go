@@ -192,7 +192,7 @@ func serve(ctx context.Context) error {
 	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
 		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
 		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr, FetchClient: fetchClient, Search: search,
-		Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
+		Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp, SecureCookies: cfg.SecureCookies,
 		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits}
 	errc := make(chan error, 2)

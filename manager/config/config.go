@@ -53,6 +53,7 @@ type Config struct {
 	SearchURL        string                 // AFFIDO_SEARCH_URL: the provider's endpoint
 	SearchKey        string                 // AFFIDO_SEARCH_KEY, or the file AFFIDO_SEARCH_KEY_FILE
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
+	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
 }
 
 func list(s string) []string {
@@ -123,13 +124,17 @@ func Load() (Config, error) {
 		}
 		c.OpenRouterKey = strings.TrimSpace(string(b))
 	}
-	switch v := str("AFFIDO_OPEN_SIGNUP", "false"); v {
-	case "true", "1":
-		c.OpenSignUp = true
-	case "false", "0":
-	default:
-		errs = append(errs, fmt.Errorf("AFFIDO_OPEN_SIGNUP: want true or false, got %q", v))
+	boolean := func(key string, dst *bool) {
+		switch v := str(key, "false"); v {
+		case "true", "1":
+			*dst = true
+		case "false", "0":
+		default:
+			errs = append(errs, fmt.Errorf("%s: want true or false, got %q", key, v))
+		}
 	}
+	boolean("AFFIDO_OPEN_SIGNUP", &c.OpenSignUp)
+	boolean("AFFIDO_SECURE_COOKIES", &c.SecureCookies)
 	c.SearchProvider = str("AFFIDO_SEARCH_PROVIDER", "scripted")
 	c.SearchURL = os.Getenv("AFFIDO_SEARCH_URL")
 	c.SearchKey = os.Getenv("AFFIDO_SEARCH_KEY")

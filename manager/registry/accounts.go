@@ -49,14 +49,19 @@ func (s *Store) PasswordHash(ctx context.Context, user string) (string, error) {
 	return *h, nil
 }
 
-// SetPassword creates the user if needed and sets their password hash.
+// SetPassword creates the user if needed and sets their password hash;
+// the user's web sessions end (a new password signs everyone out).
 func (s *Store) SetPassword(ctx context.Context, user, hash string) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO users (id, password_hash) VALUES ($1, $2)
-		ON CONFLICT (id) DO UPDATE SET password_hash = EXCLUDED.password_hash`, user, hash)
-	if err != nil {
-		return fmt.Errorf("set password of %s: %w", user, err)
-	}
-	return nil
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO users (id, password_hash) VALUES ($1, $2)
+			ON CONFLICT (id) DO UPDATE SET password_hash = EXCLUDED.password_hash`, user, hash); err != nil {
+			return fmt.Errorf("set password of %s: %w", user, err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM session WHERE user_id = $1`, user); err != nil {
+			return fmt.Errorf("end the sessions of %s: %w", user, err)
+		}
+		return nil
+	})
 }
 
 // CreateUser creates a user with a password; ErrUserExists if the id is taken.

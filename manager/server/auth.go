@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/provision"
@@ -38,12 +40,18 @@ type Accounts interface {
 // DefaultSessionTTL is how long a web session lasts.
 const DefaultSessionTTL = 30 * 24 * time.Hour
 
-// Failed sign-ins per user name, on top of the per-address throttle: 5 at
-// once, then one more every 3 s, so guessing one account from many
-// addresses is slow too.
+// Sign-in attempts are limited three ways: per address (the throttle of
+// every authentication), per user name from one address (5 at once, then
+// one every 3 s), and per user name from anywhere (50 at once, then one a
+// second), so guessing one account from many addresses is slow too, while
+// one address failing cannot lock its owner out. A success gives its
+// tokens back. At most hashLimit password hashes run at once (19 MiB each).
 const (
-	signInBurst = 5
-	signInEvery = 3 * time.Second
+	signInBurst     = 5
+	signInEvery     = 3 * time.Second
+	signInUserBurst = 50
+	signInUserEvery = time.Second
+	hashLimit       = 4
 )
 
 // authRoutes adds sign-in, sign-up, sign-out and the owner's account routes.
@@ -59,9 +67,42 @@ func (s *Server) authRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /api/tokens/{id}", s.revokeToken)
 }
 
-func (s *Server) signInThrottle() *authThrottle {
-	s.signInOnce.Do(func() { s.signInThr = newAuthThrottle(signInEvery, signInBurst) })
-	return s.signInThr
+func (s *Server) signInThrottles() (perAddress, perUser *authThrottle) {
+	s.signInOnce.Do(func() {
+		s.signInThr = newAuthThrottle(signInEvery, signInBurst)
+		s.userThr = newAuthThrottle(signInUserEvery, signInUserBurst)
+		s.hashSem = make(chan struct{}, hashLimit)
+	})
+	return s.signInThr, s.userThr
+}
+
+// hashing runs f while holding one of the hashLimit slots, or fails when
+// ctx ends first.
+func (s *Server) hashing(ctx context.Context, f func()) error {
+	s.signInThrottles()
+	select {
+	case s.hashSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.hashSem }()
+	f()
+	return nil
+}
+
+// reserveAll reserves a token of each (throttle, key) pair, all or none.
+func reserveAll(pairs ...any) (res []*rate.Reservation, wait time.Duration, ok bool) {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		r, w, ok := pairs[i].(*authThrottle).reserve(pairs[i+1].(string))
+		if !ok {
+			for _, r := range res {
+				r.Cancel()
+			}
+			return nil, w, false
+		}
+		res = append(res, r)
+	}
+	return res, 0, true
 }
 
 // authBody reads the JSON body of an /auth write. Such a write must come
@@ -85,10 +126,12 @@ func authBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 // setSession sets (or, with token "", clears) the session cookie: HttpOnly,
-// SameSite=Lax, Secure when the client came over TLS.
-func setSession(w http.ResponseWriter, r *http.Request, token string, ttl time.Duration) {
+// SameSite=Lax, and Secure when the site is served over https
+// (AFFIDO_SECURE_COOKIES: Caddy here speaks plain http behind whatever
+// terminates TLS, so the request cannot tell).
+func (s *Server) setSession(w http.ResponseWriter, r *http.Request, token string, ttl time.Duration) {
 	c := &http.Cookie{Name: SessionCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode,
-		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")}
+		Secure: s.SecureCookies || r.TLS != nil}
 	if token == "" {
 		c.MaxAge = -1
 	} else {
@@ -130,38 +173,44 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	src := sourceAddr(r)
-	for _, key := range []string{src, "user:" + body.User} {
-		thr := s.authThrottle()
-		if strings.HasPrefix(key, "user:") {
-			thr = s.signInThrottle()
-		}
-		if wait, blocked := thr.blocked(key); blocked {
-			problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
-				"too many failed sign-ins; try again later")
-			return
-		}
+	perAddr, perUser := s.signInThrottles()
+	pairs := []any{s.authThrottle(), src}
+	if provision.ValidUser(body.User) { // other names exist nowhere: only the address counts
+		pairs = append(pairs, perAddr, body.User+"@"+src, perUser, body.User)
+	}
+	reserved, wait, allowed := reserveAll(pairs...)
+	if !allowed {
+		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
+			"too many failed sign-ins; try again later")
+		return
 	}
 	hash, err := s.Accounts.PasswordHash(r.Context(), body.User)
-	ok := false
-	switch {
-	case errors.Is(err, registry.ErrUnauthenticated):
-		// Spend the same time as a real check, so timing does not tell
-		// which user names exist.
-		_, _ = account.Verify(body.Password, s.dummyHash())
-	case err != nil:
+	if err != nil && !errors.Is(err, registry.ErrUnauthenticated) {
 		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
 		return
-	default:
-		ok, err = account.Verify(body.Password, hash)
-		if err != nil {
-			s.Log.Error("sign-in: stored hash unreadable", "user", body.User, "err", err)
+	}
+	ok := false
+	herr := s.hashing(r.Context(), func() {
+		if errors.Is(err, registry.ErrUnauthenticated) {
+			// Spend the same time as a real check, so timing does not tell
+			// which user names exist.
+			_, _ = account.Verify(body.Password, s.dummyHash())
+			return
 		}
+		var verr error
+		if ok, verr = account.Verify(body.Password, hash); verr != nil {
+			s.Log.Error("sign-in: stored hash unreadable", "user", body.User, "err", verr)
+		}
+	})
+	if herr != nil {
+		return // the client went away
 	}
 	if !ok {
-		s.authThrottle().failed(src)
-		s.signInThrottle().failed("user:" + body.User)
 		problem.Write(w, http.StatusUnauthorized, "wrong-password", "wrong user name or password")
 		return
+	}
+	for _, r := range reserved { // a success costs nothing
+		r.Cancel()
 	}
 	s.startSession(w, r, body.User)
 }
@@ -172,7 +221,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, user strin
 		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
 		return
 	}
-	setSession(w, r, token, s.sessionTTL())
+	s.setSession(w, r, token, s.sessionTTL())
 	writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
 }
 
@@ -194,7 +243,7 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	setSession(w, r, "", 0)
+	s.setSession(w, r, "", 0)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -209,15 +258,20 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusBadRequest, "bad-user", "a user name is 1 to 64 letters, digits, _ or -")
 		return
 	}
-	if wait, blocked := s.authThrottle().blocked(sourceAddr(r)); blocked {
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures", "too many failed attempts; try again later")
-		return
-	}
 	if body.Invite == "" && !s.OpenSignUp {
 		problem.Write(w, http.StatusForbidden, "sign-up-closed", "sign-up needs an invite from the operator (affido admin invite USER)")
 		return
 	}
-	hash, err := account.Hash(body.Password, s.hashParams())
+	reserved, wait, allowed := reserveAll(s.authThrottle(), sourceAddr(r))
+	if !allowed {
+		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures", "too many failed attempts; try again later")
+		return
+	}
+	var hash string
+	var err error
+	if herr := s.hashing(r.Context(), func() { hash, err = account.Hash(body.Password, s.hashParams()) }); herr != nil {
+		return
+	}
 	if errors.Is(err, account.ErrWeakPassword) {
 		problem.Write(w, http.StatusBadRequest, "bad-password", fmt.Sprintf("a password is %d to %d bytes", account.MinPassword, account.MaxPassword))
 		return
@@ -227,8 +281,7 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
 	}
 	err = s.Accounts.SignUp(r.Context(), body.User, hash, body.Invite, s.OpenSignUp)
 	switch {
-	case errors.Is(err, registry.ErrBadInvite):
-		s.authThrottle().failed(sourceAddr(r))
+	case errors.Is(err, registry.ErrBadInvite): // the spent token stays spent
 		problem.Write(w, http.StatusForbidden, "bad-invite", "the invite is unknown, used, expired or for another user")
 		return
 	case errors.Is(err, registry.ErrUserExists):
@@ -237,6 +290,9 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
 		return
+	}
+	for _, r := range reserved {
+		r.Cancel()
 	}
 	s.startSession(w, r, body.User)
 }
@@ -344,7 +400,9 @@ func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 // signInState is the Server's lazily made sign-in state.
 type signInState struct {
 	signInOnce sync.Once
-	signInThr  *authThrottle
+	signInThr  *authThrottle // per user name and address
+	userThr    *authThrottle // per user name
+	hashSem    chan struct{}
 	dummyOnce  sync.Once
 	dummy      string
 }

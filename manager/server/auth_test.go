@@ -234,9 +234,13 @@ func TestSignInSetsASafeCookie(t *testing.T) {
 	if resp, _ := do(t, srv, call{"GET", "/api/me", "", withCookie(c)}); resp.StatusCode != 200 {
 		t.Fatalf("me with the new session: %d", resp.StatusCode)
 	}
-	resp, _ = do(t, srv, signIn("alice", "right password", map[string]string{"X-Forwarded-Proto": "https"}))
+	acc := newFakeAccounts()
+	acc.hashes["alice"], _ = account.Hash("right password", cheap)
+	secure := httptest.NewServer((&Server{Auth: acc, Accounts: acc, SecureCookies: true, HashParams: cheap, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	defer secure.Close()
+	resp, _ = do(t, secure, signIn("alice", "right password", nil))
 	if c := cookieOf(resp); c == nil || !c.Secure {
-		t.Fatalf("behind TLS the cookie must be Secure: %+v", c)
+		t.Fatalf("on an https site the cookie must be Secure: %+v", c)
 	}
 }
 
@@ -265,23 +269,53 @@ func TestSignInRefusals(t *testing.T) {
 	}
 }
 
-// Wrong passwords for one user are throttled even from many addresses;
-// then the right password waits too.
+// Wrong passwords are throttled per user name and address (one address
+// failing cannot lock the owner out elsewhere), per user name from
+// anywhere, and attempts in flight at once are counted before they are
+// judged.
 func TestWrongPasswordsAreThrottled(t *testing.T) {
 	srv, _ := authServer(t, false)
+	from := func(ip string) map[string]string { return map[string]string{"X-Forwarded-For": ip} }
 	for i := range signInBurst {
-		resp, _ := do(t, srv, signIn("alice", "wrong password", map[string]string{"X-Forwarded-For": fmt.Sprintf("198.51.100.%d", i+1)}))
-		if resp.StatusCode != 401 {
+		if resp, _ := do(t, srv, signIn("alice", "wrong password", from("198.51.100.1"))); resp.StatusCode != 401 {
 			t.Fatalf("failure %d: %d", i, resp.StatusCode)
 		}
 	}
-	resp, _ := do(t, srv, signIn("alice", "right password", map[string]string{"X-Forwarded-For": "198.51.100.99"}))
+	resp, _ := do(t, srv, signIn("alice", "right password", from("198.51.100.1")))
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || cookieOf(resp) != nil {
-		t.Fatalf("after %d failures: %d", signInBurst, resp.StatusCode)
+		t.Fatalf("after %d failures from one address: %d", signInBurst, resp.StatusCode)
 	}
-	// Another user is not held up by alice's.
-	if resp, _ := do(t, srv, signIn("bob", "wrong password", map[string]string{"X-Forwarded-For": "198.51.100.98"})); resp.StatusCode != 401 {
-		t.Fatalf("another user: %d", resp.StatusCode)
+	if resp, _ := do(t, srv, signIn("alice", "right password", from("198.51.100.2"))); resp.StatusCode != 200 {
+		t.Fatalf("the owner elsewhere, after a stranger's failures: %d", resp.StatusCode)
+	}
+	// From many addresses: the per-user limit.
+	for i := range signInUserBurst {
+		do(t, srv, signIn("alice", "wrong password", from(fmt.Sprintf("203.0.113.%d", i+1))))
+	}
+	if resp, _ := do(t, srv, signIn("alice", "right password", from("192.0.2.200"))); resp.StatusCode != 429 {
+		t.Fatalf("after %d failures from as many addresses: %d", signInUserBurst, resp.StatusCode)
+	}
+	// Many at once from one address: no more than the burst are judged.
+	var wg sync.WaitGroup
+	codes := make(chan int, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := do(t, srv, signIn("bob", "wrong password", from("198.51.100.50")))
+			codes <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	judged := 0
+	for c := range codes {
+		if c == 401 {
+			judged++
+		}
+	}
+	if judged > signInBurst {
+		t.Fatalf("%d of 20 concurrent attempts were judged, want at most %d", judged, signInBurst)
 	}
 }
 

@@ -110,8 +110,10 @@ type Server struct {
 	Owners     Owners     // with Accounts: the owner's activity, sandbox and notification URL
 	URLCheck   URLChecker // refuses a notification URL that leads inward
 	OpenSignUp bool
-	SessionTTL time.Duration  // default DefaultSessionTTL
-	HashParams account.Params // default account.DefaultParams
+	// SecureCookies marks the session cookie Secure (the site is https).
+	SecureCookies bool
+	SessionTTL    time.Duration  // default DefaultSessionTTL
+	HashParams    account.Params // default account.DefaultParams
 
 	throttleOnce sync.Once
 	throttle     *authThrottle

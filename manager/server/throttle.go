@@ -42,6 +42,32 @@ func (t *authThrottle) blocked(addr string) (time.Duration, bool) {
 	return wait, true
 }
 
+// reserve spends one of key's tokens now, before the attempt is judged, so
+// attempts in flight at once cannot all pass; cancel the reservation to
+// give the token back (a success). ok is false, with the wait, when none
+// is left (and nothing is spent).
+func (t *authThrottle) reserve(key string) (r *rate.Reservation, wait time.Duration, ok bool) {
+	t.mu.Lock()
+	l := t.m[key]
+	if l == nil {
+		if len(t.m) >= maxTracked {
+			t.prune()
+		}
+		if len(t.m) >= maxTracked {
+			t.m = map[string]*rate.Limiter{}
+		}
+		l = rate.NewLimiter(rate.Every(t.every), t.burst)
+		t.m[key] = l
+	}
+	t.mu.Unlock()
+	r = l.Reserve()
+	if d := r.Delay(); d > 0 {
+		r.Cancel()
+		return nil, max(d, time.Second), false
+	}
+	return r, 0, true
+}
+
 // failed records one failed authentication from addr.
 func (t *authThrottle) failed(addr string) {
 	t.mu.Lock()

@@ -8,7 +8,9 @@ package web
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
+	"encoding/base64"
 	"errors"
 	"html/template"
 	"io/fs"
@@ -22,10 +24,17 @@ var files embed.FS
 
 var pages = template.Must(template.ParseFS(files, "templates/*.html"))
 
-// CSP is the pages' Content-Security-Policy: scripts, styles and requests
-// from this origin only, no inline script, no framing.
+// CSP is the Content-Security-Policy of the client's static files: from
+// this origin only, no inline script, no framing.
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"font-src 'self'; manifest-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// pageCSP is a page's policy: only the module the page names with this
+// request's nonce runs, and what it imports ('strict-dynamic'); a script
+// anywhere else on the origin (under /u/…, say) does not.
+func pageCSP(nonce string) string {
+	return strings.Replace(CSP, "script-src 'self'", "script-src 'nonce-"+nonce+"' 'strict-dynamic'", 1)
+}
 
 // Sessions says whose a session cookie is (registry.ErrUnauthenticated, or
 // any error, for none).
@@ -89,10 +98,17 @@ func (h *Handler) user(r *http.Request) string {
 	return user
 }
 
-func (h *Handler) render(w http.ResponseWriter, name string, data any) {
+func (h *Handler) render(w http.ResponseWriter, name string, data map[string]string) {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	if data == nil {
+		data = map[string]string{}
+	}
+	data["Nonce"] = base64.RawStdEncoding.EncodeToString(b)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	headers(w)
+	w.Header().Set("Content-Security-Policy", pageCSP(data["Nonce"]))
 	if err := pages.ExecuteTemplate(w, name, data); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
 		h.Log.Error("web: render", "page", name, "err", err)
 	}

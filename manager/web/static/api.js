@@ -31,3 +31,10 @@ export async function call(method, path, body) {
 
 export const get = (path) => call('GET', path);
 export const post = (path, body) => call('POST', path, body);
+
+// id checks a record id the agent sent before it goes into a URL: the
+// agent's answers may be hostile ("../../api/…" would reach another route).
+export function id(v) {
+  if (!Number.isSafeInteger(v) || v < 1) throw new Error(`not a record id: ${String(v).slice(0, 40)}`);
+  return String(v);
+}

@@ -1,7 +1,7 @@
 // main: the signed-in client. Three pages (conversation, trace,
 // approvals) over the agent's API; everything shown is read from the store
 // and the stream only brings what is new.
-import { agent, get, post } from './api.js';
+import { agent, get, post, id as rid } from './api.js';
 import { Stream } from './stream.js';
 import { Timeline, el, describeRule } from './render.js';
 import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
@@ -30,7 +30,7 @@ async function refreshPending() {
 async function decide(id, decision, note) {
   const body = { decision, wait: false };
   if (note) body.note = note;
-  await post(`${agent}/approvals/${id}`, body);
+  await post(`${agent}/approvals/${rid(id)}`, body);
   await refreshPending();
 }
 
@@ -58,13 +58,14 @@ async function loadConversation() {
   state.conversation = inspection.conversation.id;
   const list = $('conversation-list');
   list.replaceChildren(...(sessions.conversations || []).map((c) => {
-    const b = el('button', { type: 'button', text: c.title || `conversation ${c.id}` });
+    const b = el('button', { type: 'button', text: c.title || `conversation ${Number(c.id)}` });
     if (c.id === state.conversation) b.setAttribute('aria-current', 'true');
     b.addEventListener('click', () => switchTo(c.id));
     return el('li', {}, b);
   }));
   await refreshPending();
   timeline.clear();
+  shownCitations.clear();
   let last = 0;
   const cited = new Set();
   for (const e of inspection.entries.items || []) {
@@ -82,7 +83,7 @@ const shownCitations = new Set();
 async function showCitations(run) {
   if (shownCitations.has(run)) return;
   shownCitations.add(run);
-  const rep = await get(`${agent}/corpus/citations?runId=${run}`).catch(() => null);
+  const rep = await get(`${agent}/corpus/citations?runId=${rid(run)}`).catch(() => null);
   if (!rep || rep.status === 'running') { shownCitations.delete(run); return; }
   const answer = [...document.querySelectorAll('#timeline > li.assistant')].filter((li) => li.dataset.run === String(run)).pop();
   if (!answer) return;
@@ -91,7 +92,7 @@ async function showCitations(run) {
     const lines = el('pre', { hidden: true });
     const open = el('button', { type: 'button', class: 'link', text: 'open the lines' });
     open.addEventListener('click', async () => {
-      const text = await (await fetch(`${agent}/raw?doc=${encodeURIComponent(c.doc)}&version=${c.version}`, { credentials: 'same-origin' })).text();
+      const text = await (await fetch(`${agent}/raw?doc=${encodeURIComponent(c.doc)}&version=${rid(c.version)}`, { credentials: 'same-origin' })).text();
       lines.textContent = text.split('\n').slice(c.line_start - 1, c.line_end).join('\n');
       lines.hidden = false;
     });
@@ -102,7 +103,7 @@ async function showCitations(run) {
 }
 
 async function switchTo(id) {
-  await post(`${agent}/session/switch`, { id });
+  await post(`${agent}/session/switch`, { id: Number(rid(id)) });
   await loadConversation();
 }
 
@@ -115,10 +116,13 @@ function sendPrompt() {
   const text = $('prompt').value.trim();
   if (!text) return;
   $('prompt').value = '';
-  const body = { text, model: $('model').value, wait: false };
+  // The request id makes a resend after a failure the same prompt, once.
+  if (text !== state.unsentText) state.requestId = crypto.randomUUID();
+  const body = { text, model: $('model').value, wait: false, requestId: state.requestId, conversation: state.conversation };
   if ($('cite').checked) body.citations = 'required';
-  post(`${agent}/prompt`, body).catch((err) => {
+  post(`${agent}/prompt`, body).then(() => { state.unsentText = null; }).catch((err) => {
     banner(`not sent: ${err.message}`);
+    state.unsentText = text;
     $('prompt').value = text;
   });
 }
@@ -182,7 +186,7 @@ $('prompt').addEventListener('keydown', (ev) => {
   // is composing a word.
   if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); sendPrompt(); }
 });
-$('reset').addEventListener('click', () => post(`${agent}/reset`).catch((err) => banner(err.message)));
+$('reset').addEventListener('click', () => post(`${agent}/reset?conversation=${rid(state.conversation)}`).catch((err) => banner(err.message)));
 $('new-conversation').addEventListener('click', () => post(`${agent}/session/new`, {}).then(loadConversation).catch((err) => banner(err.message)));
 $('trace-kind').addEventListener('change', renderTrace);
 $('rename-form').addEventListener('submit', (ev) => {

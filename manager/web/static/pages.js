@@ -1,6 +1,6 @@
 // pages: files, skills, reminders, activity and settings. Each reads the
 // store through the API every time it is shown; nothing is cached.
-import { agent, call, get, post } from './api.js';
+import { agent, call, get, post, id } from './api.js';
 import { el, describeRule } from './render.js';
 
 const $ = (id) => document.getElementById(id);
@@ -122,7 +122,7 @@ export async function showReminders() {
   if (!reminders.length) { $('reminder-list').replaceChildren(el('li', { class: 'muted', text: 'No reminders are waiting.' })); return; }
   $('reminder-list').replaceChildren(...reminders.map((r) => {
     const cancel = el('button', { type: 'button', class: 'quiet', text: 'Cancel' });
-    cancel.addEventListener('click', () => post(`${agent}/reminders/${r.id}/cancel`).then(showReminders).catch(fail));
+    cancel.addEventListener('click', () => post(`${agent}/reminders/${id(r.id)}/cancel`).then(showReminders).catch(fail));
     return el('li', {}, el('span', {}, el('strong', { text: when(r.due) }), ` ${r.text}`), cancel);
   }));
 }
@@ -162,7 +162,7 @@ export async function showSettings() {
   $('rule-tool').replaceChildren(...tools.map((t) => el('option', { value: t, text: `${t} (default ${rules.defaults[t]})` })));
   $('rule-list').replaceChildren(...(rules.rules || []).map((r) => {
     const del = el('button', { type: 'button', class: 'quiet', text: 'Remove' });
-    del.addEventListener('click', () => call('DELETE', `${agent}/rules/${r.id}`).then(showSettings).catch(fail));
+    del.addEventListener('click', () => call('DELETE', `${agent}/rules/${id(r.id)}`).then(showSettings).catch(fail));
     return el('li', { 'data-rule': r.id }, el('span', { text: `#${r.id} ${describeRule(r)}` }), del);
   }));
   if (!(rules.rules || []).length) $('rule-list').replaceChildren(el('li', { class: 'muted', text: 'No rules: read-only tools run, everything else asks you.' }));
@@ -175,13 +175,13 @@ export async function showSettings() {
   $('another-day').disabled = !spend || spend.another_day_allowed_today;
   $('session-list').replaceChildren(...sessions.sessions.map((s) => {
     const rev = el('button', { type: 'button', class: 'quiet', text: s.current ? 'This session' : 'Revoke', disabled: s.current });
-    rev.addEventListener('click', () => call('DELETE', `/api/sessions/${s.id}`).then(showSettings).catch(fail));
+    rev.addEventListener('click', () => call('DELETE', `/api/sessions/${id(s.id)}`).then(showSettings).catch(fail));
     return el('li', {}, el('span', { text: `${s.user_agent || 'unknown client'} · since ${when(s.created_at)} · until ${when(s.expires_at)}` }), rev);
   }));
   $('token-list').replaceChildren(...tokens.tokens.map((t) => {
     const rev = el('button', { type: 'button', class: 'quiet', text: 'Revoke' });
-    rev.addEventListener('click', () => call('DELETE', `/api/tokens/${t.id}`).then(showSettings).catch(fail));
-    return el('li', {}, el('span', { text: `${t.name} · made ${when(t.created_at)} · last used ${when(t.last_used_at)}` }), rev);
+    rev.addEventListener('click', () => call('DELETE', `/api/tokens/${id(t.id)}`).then(showSettings).catch(fail));
+    return el('li', {}, el('span', { text: `${t.name || '(unnamed: made by the operator)'} · made ${when(t.created_at)} · last used ${when(t.last_used_at)}` }), rev);
   }));
 }
 

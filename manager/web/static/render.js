@@ -51,6 +51,10 @@ export class Timeline {
   // delta shows a reply as it streams in; its stored entry replaces it.
   delta(d) {
     let card = this.drafts.get(d.run_id);
+    if (d.text === '') { // a new attempt of the model call: start over
+      if (card) card.querySelector('.text').textContent = '';
+      return;
+    }
     if (!card) {
       card = el('li', { class: 'assistant draft', 'data-draft': d.run_id }, el('span', { class: 'label', text: 'agent (writing…)' }), el('span', { class: 'text' }));
       this.drafts.set(d.run_id, card);

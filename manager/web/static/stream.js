@@ -28,7 +28,7 @@ export class Stream {
   connect() {
     clearTimeout(this.timer);
     this.onState(this.es ? 'reconnecting' : 'connecting');
-    const es = new EventSource(`${agent}/events?conversation=${this.conversation}&after=${this.last}`);
+    const es = new EventSource(`${agent}/events?conversation=${Number(this.conversation)}&after=${Number(this.last)}`);
     this.es = es;
     es.addEventListener('hello', () => { this.delay = 500; this.onState('live'); });
     es.addEventListener('entry', (ev) => {
