@@ -277,14 +277,14 @@ func (s *Server) entry(w http.ResponseWriter, r *http.Request) {
 // prompts
 
 type promptRequest struct {
-	Text      string `json:"text"`
+	Text string `json:"text"`
 	// Conversation, if set, is the conversation to answer in (a page
 	// showing one conversation while another is current); else the current.
-	Conversation int64 `json:"conversation"`
-	RequestID string `json:"requestId"`
-	Model     string `json:"model"`
-	Citations string `json:"citations"`
-	Wait      *bool  `json:"wait"`
+	Conversation int64  `json:"conversation"`
+	RequestID    string `json:"requestId"`
+	Model        string `json:"model"`
+	Citations    string `json:"citations"`
+	Wait         *bool  `json:"wait"`
 }
 
 // MaxPromptText bounds a prompt.
