@@ -144,6 +144,9 @@ func screenshots(t *testing.T, ctx context.Context, name string) {
 			emulate = chromedp.EmulateViewport(v.w, v.h, chromedp.EmulateMobile)
 		}
 		run(t, ctx, "viewport "+v.label, emulate)
+		if over := count(t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); over > 1 {
+			t.Errorf("%s at %s width: the page is %d px wider than the screen", name, v.label, over)
+		}
 		tctx, cancel := context.WithTimeout(ctx, time.Minute)
 		buf, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)) // 100: PNG
 		cancel()
