@@ -202,16 +202,14 @@ func (h *Harness) outsideInContext(ctx context.Context, conv int64) (*Entry, err
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return nil, err
 	}
-	entries, err := h.store.EntriesSince(ctx, conv, from)
-	if err != nil {
+	e, err := h.store.FirstEntryOf(ctx, conv, OutsideText, from)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
-	for i := range entries {
-		if entries[i].Kind == OutsideText {
-			return &entries[i], nil
-		}
-	}
-	return nil, nil
+	return &e, nil
 }
 
 // summaryHasOutside reports whether a summary was written from outside

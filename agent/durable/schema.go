@@ -73,6 +73,10 @@ var migrations = []string{
 
 	// 3: small named settings of the host (the current conversation).
 	`CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;`,
+
+	// 4: entries of one kind in a conversation, found without reading the
+	// rest (is outside text in the context?).
+	`CREATE INDEX entries_by_kind ON entries (conversation_id, kind, id);`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -451,6 +451,12 @@ func (s *Store) LatestHead(ctx context.Context, conv int64) (Entry, error) {
 	return one[Entry](ctx, s, `SELECT record FROM entries WHERE conversation_id = ? AND head IS NOT NULL ORDER BY id DESC LIMIT 1`, conv)
 }
 
+// FirstEntryOf returns conv's oldest entry of kind with ID >= from
+// (ErrNotFound when there is none), without reading the others.
+func (s *Store) FirstEntryOf(ctx context.Context, conv int64, kind EntryKind, from int64) (Entry, error) {
+	return one[Entry](ctx, s, `SELECT record FROM entries WHERE conversation_id = ? AND kind = ? AND id >= ? ORDER BY id LIMIT 1`, conv, string(kind), from)
+}
+
 // scanAll reads every page of a scan, oldest first.
 func scanAll[T any](ctx context.Context, page func(Scan) (Page[T], error)) ([]T, error) {
 	var out []T
