@@ -330,22 +330,22 @@ type decided struct {
 
 // WaitingFor returns the approval that holds sub up: the one its own run
 // waits on, or the one an earlier run of its conversation waits on (runs
-// of a conversation go one at a time). Nil when nothing waits.
+// of a conversation go one at a time, oldest first, so a waiting one is
+// the oldest that is live). Nil when nothing waits. It reads only the
+// waiting tasks, usually none.
 func (h *Harness) WaitingFor(ctx context.Context, sub Submission) (*Approval, error) {
 	if sub.Status == Done || sub.Status == Unanswered {
 		return nil, nil
 	}
-	live, err := h.store.LiveTasks(ctx)
+	waiting, err := h.store.Tasks(ctx, []TaskState{Waiting}, Scan{Limit: 1000})
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range live { // oldest first
-		if t.Kind != KindGeneration || t.ConversationID != sub.ConversationID || t.ID > sub.TaskID {
-			continue
-		}
+	for _, t := range waiting.Items { // oldest first
 		var cp genCheckpoint
-		if t.State != Waiting || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 {
-			return nil, nil // the head of the conversation is not waiting
+		if t.Kind != KindGeneration || t.ConversationID != sub.ConversationID || t.ID > sub.TaskID ||
+			json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 {
+			continue
 		}
 		a, err := h.Approval(ctx, cp.Waiting)
 		if err != nil {
