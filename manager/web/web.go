@@ -104,7 +104,7 @@ func (h *Handler) render(w http.ResponseWriter, name string, data map[string]str
 	if data == nil {
 		data = map[string]string{}
 	}
-	data["Nonce"] = base64.RawStdEncoding.EncodeToString(b)
+	data["Nonce"] = base64.RawURLEncoding.EncodeToString(b) // nothing html/template would escape
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	headers(w)

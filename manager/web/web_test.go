@@ -59,7 +59,7 @@ func TestPagesNeedASessionAndCarryTheCSP(t *testing.T) {
 	}
 	resp, body := get(t, s, "/app/", "good")
 	csp := resp.Header.Get("Content-Security-Policy")
-	nonce := regexp.MustCompile(`'nonce-([A-Za-z0-9+/]+)' 'strict-dynamic'`).FindStringSubmatch(csp)
+	nonce := regexp.MustCompile(`'nonce-([A-Za-z0-9_-]+)' 'strict-dynamic'`).FindStringSubmatch(csp)
 	if resp.StatusCode != 200 || !strings.Contains(body, `data-user="alice"`) || nonce == nil || !strings.Contains(body, `nonce="`+nonce[1]+`"`) {
 		t.Fatalf("app: %d %v", resp.StatusCode, resp.Header)
 	}
