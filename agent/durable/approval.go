@@ -101,18 +101,8 @@ func (h *Harness) ask(t Task, cp genCheckpoint, call ToolCall, reason string) (S
 		Arguments: call.Arguments, Data: mustRaw(a)}
 	var tasks []Task
 	if h.opts.OnApproval != nil {
-		for _, nt := range h.opts.OnApproval(a) {
-			if nt.ID, err = h.store.MintID(); err != nil {
-				return StepResult{}, err
-			}
-			if nt.ConversationID == 0 {
-				nt.ConversationID = t.ConversationID
-			}
-			if nt.Version == 0 {
-				nt.Version = 1
-			}
-			nt.CreatedAt = now
-			tasks = append(tasks, nt)
+		if tasks, err = h.mintTasks(t, h.opts.OnApproval(a)); err != nil {
+			return StepResult{}, err
 		}
 	}
 	cp.Waiting, cp.Decided = id, nil

@@ -299,19 +299,9 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 		written = append(written, Entry{ID: oid, ConversationID: t.ConversationID, Kind: OutsideText, Text: text, At: h.Now(), RunID: t.ID,
 			ToolCallID: call.ID, ToolName: call.Name, Data: res.Outside.Data})
 	}
-	var newTasks []Task
-	for _, nt := range res.Tasks {
-		if nt.ID, err = h.store.MintID(); err != nil {
-			return StepResult{}, err
-		}
-		if nt.ConversationID == 0 {
-			nt.ConversationID = t.ConversationID
-		}
-		if nt.Version == 0 {
-			nt.Version = 1
-		}
-		nt.CreatedAt = h.Now()
-		newTasks = append(newTasks, nt)
+	newTasks, err := h.mintTasks(t, res.Tasks)
+	if err != nil {
+		return StepResult{}, err
 	}
 	newTasks = append(newTasks, res.Updates...)
 	cp.Executing = false
@@ -322,6 +312,28 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 	t.Checkpoint = mustRaw(cp)
 	return StepResult{Task: t, Entries: written, NewTasks: newTasks,
 		Usage: []UsageDelta{{ConversationID: t.ConversationID, Kind: "tool", Name: call.Name, Calls: 1}}}, nil
+}
+
+// mintTasks gives new tasks a step made their IDs, version and creation
+// time; a task without a conversation belongs to t's.
+func (h *Harness) mintTasks(t Task, tasks []Task) ([]Task, error) {
+	var out []Task
+	for _, nt := range tasks {
+		id, err := h.store.MintID()
+		if err != nil {
+			return nil, err
+		}
+		nt.ID = id
+		if nt.ConversationID == 0 {
+			nt.ConversationID = t.ConversationID
+		}
+		if nt.Version == 0 {
+			nt.Version = 1
+		}
+		nt.CreatedAt = h.Now()
+		out = append(out, nt)
+	}
+	return out, nil
 }
 
 // summaryTask returns a new background summary task for conv, or nil when

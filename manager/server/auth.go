@@ -60,9 +60,9 @@ func (s *Server) authRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /auth/sign-out", s.signOut)
 	mux.HandleFunc("POST /auth/sign-up", s.signUp)
 	mux.HandleFunc("GET /api/me", s.me)
-	mux.HandleFunc("GET /api/sessions", s.sessions)
+	mux.HandleFunc("GET /api/sessions", s.ownerRead(s.sessions))
 	mux.HandleFunc("DELETE /api/sessions/{id}", s.revokeSession)
-	mux.HandleFunc("GET /api/tokens", s.tokens)
+	mux.HandleFunc("GET /api/tokens", s.ownerRead(s.tokens))
 	mux.HandleFunc("POST /api/tokens", s.createToken)
 	mux.HandleFunc("DELETE /api/tokens/{id}", s.revokeToken)
 }
@@ -309,31 +309,32 @@ func (s *Server) me(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) sessions(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.owner(w, r)
-	if !ok {
-		return
+// ownerRead answers a read of the owner's own records: read gives the
+// body; any error of it is the registry's (503).
+func (s *Server) ownerRead(read func(r *http.Request, user string) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user, ok := s.owner(w, r)
+		if !ok {
+			return
+		}
+		v, err := read(r, user)
+		if err != nil {
+			problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
+			return
+		}
+		writeJSONStatus(w, http.StatusOK, v)
 	}
-	current, _ := credentials(r)
-	list, err := s.Accounts.Sessions(r.Context(), user, current)
-	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
-	}
-	writeJSONStatus(w, http.StatusOK, map[string]any{"sessions": list})
 }
 
-func (s *Server) tokens(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.owner(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) sessions(r *http.Request, user string) (any, error) {
+	current, _ := credentials(r)
+	list, err := s.Accounts.Sessions(r.Context(), user, current)
+	return map[string]any{"sessions": list}, err
+}
+
+func (s *Server) tokens(r *http.Request, user string) (any, error) {
 	list, err := s.Accounts.Tokens(r.Context(), user)
-	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
-	}
-	writeJSONStatus(w, http.StatusOK, map[string]any{"tokens": list})
+	return map[string]any{"tokens": list}, err
 }
 
 // createToken makes a named API token; the answer is the only time the

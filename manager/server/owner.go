@@ -28,24 +28,15 @@ type URLChecker interface {
 }
 
 func (s *Server) ownerRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /api/activity", s.activity)
+	mux.HandleFunc("GET /api/activity", s.ownerRead(s.activity))
 	mux.HandleFunc("GET /api/sandbox", s.sandbox)
 	mux.HandleFunc("POST /api/sandbox/resume", s.resume)
-	mux.HandleFunc("GET /api/notify", s.notifyURL)
+	mux.HandleFunc("GET /api/notify", s.ownerRead(s.notifyURL))
 	mux.HandleFunc("PUT /api/notify", s.setNotifyURL)
 }
 
-func (s *Server) activity(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.owner(w, r)
-	if !ok {
-		return
-	}
-	a, err := s.Owners.Activity(r.Context(), user, 200)
-	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
-	}
-	writeJSONStatus(w, http.StatusOK, a)
+func (s *Server) activity(r *http.Request, user string) (any, error) {
+	return s.Owners.Activity(r.Context(), user, 200)
 }
 
 // sandbox answers the sandbox's state and next wake, without waking it.
@@ -81,17 +72,9 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	writeJSONStatus(w, http.StatusOK, map[string]any{"state": registry.StateRunning})
 }
 
-func (s *Server) notifyURL(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.owner(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) notifyURL(r *http.Request, user string) (any, error) {
 	u, err := s.Owners.NotifyURL(r.Context(), user)
-	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
-	}
-	writeJSONStatus(w, http.StatusOK, map[string]any{"url": u})
+	return map[string]any{"url": u}, err
 }
 
 // setNotifyURL sets where notifications go; the guard refuses, now, a URL
