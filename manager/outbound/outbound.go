@@ -1,5 +1,5 @@
 // Package outbound is the one HTTP client for every URL a user or a model
-// chose (notification endpoints today, fetch_url next). The address a
+// chose (notification endpoints, fetch_url and its redirects). The address a
 // connection goes to is checked when it is dialled, so a name that resolves
 // inward, a redirect and a DNS answer that changes between check and use are
 // all caught at the only moment that counts: loopback, private, link-local,
