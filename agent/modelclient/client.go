@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -260,9 +259,6 @@ type GatewayError struct {
 func (e *GatewayError) Error() string {
 	return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, e.Title, e.Detail)
 }
-
-// Kind is the last part of the problem type (see internal/gatewayapi).
-func (e *GatewayError) Kind() string { return path.Base(e.Type) }
 
 // post sends body as JSON to a gateway path with the sandbox token; op
 // names the call in errors.

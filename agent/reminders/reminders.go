@@ -145,7 +145,7 @@ func Tools() []durable.Tool {
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				cp := checkpoint{Key: newKey(), Text: a.Text, Due: due, Phase: "wait", Late: due.Before(c.Now)}
+				cp := checkpoint{Key: newKey("reminder"), Text: a.Text, Due: due, Phase: "wait", Late: due.Before(c.Now)}
 				raw, _ := json.Marshal(cp)
 				out := fmt.Sprintf("Reminder set for %s: %s", due.Format(time.RFC3339), a.Text)
 				if cp.Late {
@@ -242,17 +242,16 @@ func Cancel(ctx context.Context, s *durable.Store, id int64, now time.Time) (dur
 
 // newKey returns a notification key no other reminder of this sandbox, before
 // or after a reset, will have.
-func newKey() string {
+func newKey(prefix string) string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
-	return "reminder-" + hex.EncodeToString(b)
+	return prefix + "-" + hex.EncodeToString(b)
 }
 
 // Notice returns a task that hands one notification to the gateway, with
 // the same stored retries as a reminder's (for an approval waiting on the
 // owner, for example). Its key is random, so it is delivered once.
 func Notice(text string, at time.Time) durable.Task {
-	key := "notice-" + strings.TrimPrefix(newKey(), "reminder-")
-	raw, _ := json.Marshal(checkpoint{Key: key, Text: text, Due: at, Phase: "notify"})
+	raw, _ := json.Marshal(checkpoint{Key: newKey("notice"), Text: text, Due: at, Phase: "notify"})
 	return durable.Task{Kind: Kind, State: durable.Pending, Checkpoint: raw, Background: true}
 }

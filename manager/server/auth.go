@@ -90,10 +90,16 @@ func (s *Server) hashing(ctx context.Context, f func()) error {
 	return nil
 }
 
-// reserveAll reserves a token of each (throttle, key) pair, all or none.
-func reserveAll(pairs ...any) (res []*rate.Reservation, wait time.Duration, ok bool) {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		r, w, ok := pairs[i].(*authThrottle).reserve(pairs[i+1].(string))
+// limit is one throttle and the key an attempt counts against in it.
+type limit struct {
+	thr *authThrottle
+	key string
+}
+
+// reserveAll reserves a token of each limit, all or none.
+func reserveAll(limits ...limit) (res []*rate.Reservation, wait time.Duration, ok bool) {
+	for _, l := range limits {
+		r, w, ok := l.thr.reserve(l.key)
 		if !ok {
 			for _, r := range res {
 				r.Cancel()
@@ -174,11 +180,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	src := sourceAddr(r)
 	perAddr, perUser := s.signInThrottles()
-	pairs := []any{s.authThrottle(), src}
+	limits := []limit{{s.authThrottle(), src}}
 	if provision.ValidUser(body.User) { // other names exist nowhere: only the address counts
-		pairs = append(pairs, perAddr, body.User+"@"+src, perUser, body.User)
+		limits = append(limits, limit{perAddr, body.User + "@" + src}, limit{perUser, body.User})
 	}
-	reserved, wait, allowed := reserveAll(pairs...)
+	reserved, wait, allowed := reserveAll(limits...)
 	if !allowed {
 		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
 			"too many failed sign-ins; try again later")
@@ -262,7 +268,7 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusForbidden, "sign-up-closed", "sign-up needs an invite from the operator (affido admin invite USER)")
 		return
 	}
-	reserved, wait, allowed := reserveAll(s.authThrottle(), sourceAddr(r))
+	reserved, wait, allowed := reserveAll(limit{s.authThrottle(), sourceAddr(r)})
 	if !allowed {
 		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures", "too many failed attempts; try again later")
 		return

@@ -48,17 +48,7 @@ func (t *authThrottle) blocked(addr string) (time.Duration, bool) {
 // is left (and nothing is spent).
 func (t *authThrottle) reserve(key string) (r *rate.Reservation, wait time.Duration, ok bool) {
 	t.mu.Lock()
-	l := t.m[key]
-	if l == nil {
-		if len(t.m) >= maxTracked {
-			t.prune()
-		}
-		if len(t.m) >= maxTracked {
-			t.m = map[string]*rate.Limiter{}
-		}
-		l = rate.NewLimiter(rate.Every(t.every), t.burst)
-		t.m[key] = l
-	}
+	l := t.limiter(key)
 	t.mu.Unlock()
 	r = l.Reserve()
 	if d := r.Delay(); d > 0 {
@@ -72,7 +62,13 @@ func (t *authThrottle) reserve(key string) (r *rate.Reservation, wait time.Durat
 func (t *authThrottle) failed(addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := t.m[addr]
+	t.limiter(addr).Allow()
+}
+
+// limiter returns key's limiter, making one (within maxTracked) if there
+// is none. Caller holds mu.
+func (t *authThrottle) limiter(key string) *rate.Limiter {
+	l := t.m[key]
 	if l == nil {
 		if len(t.m) >= maxTracked {
 			t.prune()
@@ -81,9 +77,9 @@ func (t *authThrottle) failed(addr string) {
 			t.m = map[string]*rate.Limiter{}
 		}
 		l = rate.NewLimiter(rate.Every(t.every), t.burst)
-		t.m[addr] = l
+		t.m[key] = l
 	}
-	l.Allow()
+	return l
 }
 
 // prune forgets addresses that have all their failures back. Caller holds mu.
