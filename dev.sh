@@ -274,10 +274,13 @@ cmd_reload() {
   compose up -d >/dev/null 2>&1 || compose up -d
   wait_healthy
   seed_dev_session
-  # Recreate every sandbox container on the new agent image; volumes stay.
+  # The manager reads the agent image's id at start: restarted, it retires
+  # the warm pool made from the old image and builds it anew.
+  docker restart "$AFFIDO_STACK-manager" >/dev/null
+  wait_healthy
+  # Recreate every user's sandbox container on the new agent image; volumes stay.
   local u
-  for u in $(docker ps -a --filter "label=affido.stack=$AFFIDO_STACK" --filter label=affido.managed=true \
-    --format '{{.Label "affido.user"}}' | sort -u); do
+  for u in $(admin sandboxes | awk 'NR > 1 && $1 != "-" { print $1 }' | sort -u); do
     admin evict "$u" >/dev/null
     echo "recreated on next request: $u"
   done
@@ -289,7 +292,7 @@ cmd_status() {
   echo
   echo "Sandboxes:"
   admin sandboxes 2>/dev/null || docker ps -a --filter "label=affido.stack=$AFFIDO_STACK" --filter label=affido.managed=true \
-    --format 'table {{.Label "affido.user"}}\t{{.Status}}'
+    --format 'table {{.Label "affido.sandbox"}}\t{{.Status}}'
   echo
   echo "Volumes:"
   docker volume ls --filter "label=affido.stack=$AFFIDO_STACK" --format '{{.Name}}'

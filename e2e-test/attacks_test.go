@@ -22,8 +22,9 @@ func shellReply(t *testing.T, user, tok, command string) string {
 	return prompt(t, user, tok, map[string]any{"text": "run: " + command}).Reply
 }
 
-// The gateway token is in the agent's environment; the tools cannot read it
-// from /proc, nor anything under /data.
+// The gateway token is in no environment (the manager hands it to the
+// agent over the control path; the agent keeps it in /data); the tools
+// cannot read any process's environment from /proc, nor anything under /data.
 func TestAttackToolsCannotReadTheAgentsSecretsOrState(t *testing.T) {
 	user, tok := newUser(t, "atk-secrets")
 	keepAwake(t, user, tok)
@@ -34,6 +35,13 @@ func TestAttackToolsCannotReadTheAgentsSecretsOrState(t *testing.T) {
 	r := shellReply(t, user, tok, `for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null; done | tr '\0' '\n'`)
 	if strings.Contains(r, "AFFIDO_GATEWAY_TOKEN") {
 		t.Errorf("the gateway token is readable by the tools: %q", r)
+	}
+	sbToken, _ := sandboxGateway(t, user)
+	if strings.Contains(r, sbToken) {
+		t.Errorf("the gateway token is in an environment the tools can read: %q", r)
+	}
+	if r := shellReply(t, user, tok, "cat /data/identity.json"); !strings.Contains(r, "Permission denied") || strings.Contains(r, sbToken) {
+		t.Errorf("the tools read the agent's identity: %q", r)
 	}
 	for _, cmd := range []string{"ls /data", "head -c 16 /data/session.db", "mkdir -p /data/corpus/planted.txt", "echo x > /data/skills/csv-summary.json"} {
 		if r := shellReply(t, user, tok, cmd); !strings.Contains(r, "Permission denied") || !strings.Contains(r, "exit 1") && !strings.Contains(r, "exit 2") {

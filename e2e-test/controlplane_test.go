@@ -366,16 +366,12 @@ func TestGatewayAuthenticatesSandboxByTokenAndAddress(t *testing.T) {
 	user, tok := newUser(t, "gw")
 	mustGet(t, user, tok, "/health")
 	name := stack + "-" + user + "-agent"
-	env := docker(t, "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", name)
-	var sbToken string
-	for _, l := range strings.Split(env, "\n") {
-		if v, ok := strings.CutPrefix(l, "AFFIDO_GATEWAY_TOKEN="); ok {
-			sbToken = v
-		}
+	// The token is in no environment: the manager handed it to the agent
+	// over the control path, and the agent keeps it in /data.
+	if env := docker(t, "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", name); strings.Contains(env, "AFFIDO_GATEWAY_TOKEN") || strings.Contains(env, user) {
+		t.Fatalf("the container's environment names the user or a token:\n%s", env)
 	}
-	if sbToken == "" {
-		t.Fatal("no gateway token in the sandbox env")
-	}
+	sbToken, _ := sandboxGateway(t, user)
 	gw := ipOn(t, caddyName(), stack+"-"+user+"-net")
 	url := "http://" + gw + ":8088/v1/gateway/whoami"
 	// From the sandbox's own network namespace (its address) with its token: accepted.

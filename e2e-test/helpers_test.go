@@ -298,18 +298,39 @@ func psql(t *testing.T, query string) string {
 	return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-tAc", query))
 }
 
-// sandboxGateway returns user's sandbox token (read from the container's
-// configuration, as only the test can) and the gateway's base URL as the
-// sandbox sees it.
+// sandboxGateway returns user's sandbox token (read from the agent's
+// identity file as the agent's own uid, as only the test can) and the
+// gateway's base URL as the sandbox sees it.
 func sandboxGateway(t *testing.T, user string) (token, base string) {
 	t.Helper()
-	name := stack + "-" + user + "-agent"
-	for _, e := range strings.Split(docker(t, "inspect", "-f", `{{join .Config.Env "\n"}}`, name), "\n") {
-		if v, ok := strings.CutPrefix(e, "AFFIDO_GATEWAY_TOKEN="); ok {
-			token = v
-		}
+	name := sandboxName(t, user)
+	var id struct{ Token string }
+	if err := json.Unmarshal([]byte(docker(t, "exec", "-u", "10001", stack+"-"+name+"-agent", "cat", "/data/identity.json")), &id); err != nil || id.Token == "" {
+		t.Fatalf("identity of %s: %v", user, err)
 	}
-	return token, "http://" + ipOn(t, caddyName(), stack+"-"+user+"-net") + ":8088/v1/gateway/"
+	return id.Token, "http://" + ipOn(t, caddyName(), stack+"-"+name+"-net") + ":8088/v1/gateway/"
+}
+
+// sandboxName is what user's sandbox objects are named after, as the
+// registry records it: the user id, or a pool name for a sandbox claimed
+// from the warm pool.
+func sandboxName(t *testing.T, user string) string {
+	t.Helper()
+	return psql(t, "SELECT name FROM sandboxes WHERE user_id = '"+user+"'")
+}
+
+// objectsOf counts the stack's objects labelled for sandbox name.
+func objectsOf(t *testing.T, name string) (containers, networks, volumes int) {
+	t.Helper()
+	f := "label=affido.sandbox=" + name
+	count := func(args ...string) int {
+		out := strings.TrimSpace(docker(t, append(args, "--filter", f, "--filter", "label=affido.stack="+stack)...))
+		if out == "" {
+			return 0
+		}
+		return len(strings.Split(out, "\n"))
+	}
+	return count("ps", "-aq"), count("network", "ls", "-q"), count("volume", "ls", "-q")
 }
 
 // granted remembers the rules grant added, so each is added once.

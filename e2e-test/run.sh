@@ -15,6 +15,9 @@ export AFFIDO_CADDY_IP=10.212.1.10
 export AFFIDO_SANDBOX_POOL=10.214.0.0/16
 export AFFIDO_IDLE_PAUSE=3s AFFIDO_IDLE_STOP=8s AFFIDO_IDLE_REMOVE=13s AFFIDO_TICK=250ms
 export AFFIDO_MAX_RUNNING=0
+# No warm pool unless a test sizes one (admin pool): most tests name a
+# user's objects after the user, as a sandbox made for its user is.
+export AFFIDO_WARM_POOL=0
 # The notification sink the reminder suites deliver to, at a fixed address on
 # the control network: the one address the outbound guard is told to allow.
 export AFFIDO_E2E_SINK_IP=10.212.1.50

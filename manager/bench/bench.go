@@ -23,7 +23,6 @@ import (
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
-	"github.com/affido/affido/manager/provision"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -83,7 +82,10 @@ type runner struct {
 	res   Result
 	users []string
 	toks  map[string]string
+	names map[string]string // user -> sandbox name, from the admin API
 	mu    sync.Mutex
+	// poolSize is the warm pool's size before the bench emptied it.
+	poolSize int
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -104,17 +106,19 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Result, error) {
 	host, _ := os.Hostname()
 	cores := strings.TrimSpace(run("nproc"))
 	r := &runner{cfg: cfg, cli: cli, http: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
-		toks: map[string]string{}, res: Result{At: time.Now().UTC(), Machine: fmt.Sprintf("%s, %s cores", host, cores)}}
+		toks: map[string]string{}, names: map[string]string{}, res: Result{At: time.Now().UTC(), Machine: fmt.Sprintf("%s, %s cores", host, cores)}}
 	defer r.cleanup()
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
 	}{
+		{"pool off", r.poolOff},
 		{"cold provision", r.cold},
 		{"cold floor", r.coldFloor},
 		{"warm", r.warm},
 		{"resume", r.resume},
 		{"burst", r.burst},
+		{"from the pool", r.fromPool},
 		{"prompt", r.prompts},
 		{"density", r.density},
 		{"durable", r.durable},
@@ -231,7 +235,7 @@ func (r *runner) waitDirect(ctx context.Context, ep netip.AddrPort, start time.T
 }
 
 func (r *runner) endpoint(ctx context.Context, user string) (netip.AddrPort, string, error) {
-	n, _ := provision.NamesFor(r.cfg.Stack, user)
+	n := r.sandboxName(user)
 	res, err := r.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{})
 	if err != nil {
 		return netip.AddrPort{}, "", err
@@ -436,36 +440,23 @@ func (r *runner) resume(ctx context.Context) error {
 }
 
 func (r *runner) burst(ctx context.Context) error {
-	users := make([]string, r.cfg.Burst)
-	for i := range users {
-		u, err := r.newUser("burst")
-		if err != nil {
-			return err
-		}
-		users[i] = u
+	f, err := r.burstNew(ctx, "burst")
+	if err != nil {
+		return err
 	}
-	ds := make([]time.Duration, len(users))
-	errs := make([]error, len(users))
-	var wg sync.WaitGroup
-	for i, u := range users {
-		wg.Add(1)
-		go func() { defer wg.Done(); ds[i], errs[i] = r.get(ctx, u, "/health") }()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	f := summarize(fmt.Sprintf("burst: %d new users at once", len(users)), ds)
+	f.Name = fmt.Sprintf("burst: %d new users at once, pool empty", r.cfg.Burst)
 	r.add(f)
 
+	// One user's first requests at once, on a machine whose cores are busy.
+	stop := hog()
+	defer stop()
+	var wg sync.WaitGroup
 	one, err := r.newUser("same")
 	if err != nil {
 		return err
 	}
-	ds = make([]time.Duration, r.cfg.SameUser)
-	errs = make([]error, r.cfg.SameUser)
+	ds := make([]time.Duration, r.cfg.SameUser)
+	errs := make([]error, r.cfg.SameUser)
 	for i := range ds {
 		wg.Add(1)
 		go func() { defer wg.Done(); ds[i], errs[i] = r.get(ctx, one, "/health") }()
@@ -476,12 +467,13 @@ func (r *runner) burst(ctx context.Context) error {
 			return err
 		}
 	}
-	n, _ := provision.NamesFor(r.cfg.Stack, one)
+	stop()
+	n := r.sandboxName(one)
 	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("name", n.Container())})
 	if err != nil {
 		return err
 	}
-	f = summarize(fmt.Sprintf("burst: %d concurrent first requests, one user", r.cfg.SameUser), ds)
+	f = summarize(fmt.Sprintf("burst: %d concurrent first requests, one user, every core busy", r.cfg.SameUser), ds)
 	f.Note = fmt.Sprintf("%d container(s) created", len(list.Items))
 	r.add(f)
 	return nil
@@ -534,7 +526,7 @@ func (r *runner) density(ctx context.Context) error {
 	// Pause every bench sandbox first: density is about sandboxes at rest.
 	var agents []float64
 	for _, u := range r.users {
-		n, _ := provision.NamesFor(r.cfg.Stack, u)
+		n := r.sandboxName(u)
 		if res, err := r.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{}); err == nil && res.Container.State != nil && res.Container.State.Running && !res.Container.State.Paused {
 			_, _ = r.cli.ContainerPause(ctx, n.Container(), client.ContainerPauseOptions{})
 		}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,32 +82,19 @@ func adminCmd() *cobra.Command {
 		}
 	}
 	cmd.AddCommand(
+		sandboxesCmd(),
+		poolCmd(),
 		&cobra.Command{
-			Use:   "sandboxes",
-			Short: "List sandboxes: user, state, last activity",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				var list []struct {
-					User       string     `json:"user"`
-					State      string     `json:"state"`
-					Endpoint   string     `json:"endpoint"`
-					Subnet     string     `json:"subnet"`
-					LastActive time.Time  `json:"last_active"`
-					WakeAt     *time.Time `json:"wake_at"`
-				}
-				if err := adminCall(http.MethodGet, "/admin/sandboxes", nil, &list); err != nil {
+			Use:   "capacity MAX",
+			Short: "Let at most MAX sandboxes run at once (0: no limit) until the manager restarts",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var m map[string]any
+				if err := adminCall(http.MethodPost, "/admin/capacity", url.Values{"max": {args[0]}}, &m); err != nil {
 					return err
 				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "USER\tSTATE\tSUBNET\tLAST ACTIVE\tWAKE AT")
-				for _, s := range list {
-					wake := "-"
-					if s.WakeAt != nil {
-						wake = s.WakeAt.UTC().Format(time.RFC3339)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.User, s.State, s.Subnet, s.LastActive.UTC().Format(time.RFC3339), wake)
-				}
-				return tw.Flush()
+				fmt.Fprintf(cmd.OutOrStdout(), "at most %v sandboxes run at once\n", m["max_running"])
+				return nil
 			},
 		},
 		userCmd("evict", "Remove USER's container now; keep network and volumes", "/admin/evict", done("evicted")),
@@ -143,6 +131,92 @@ func adminCmd() *cobra.Command {
 			},
 		},
 	)
+	return cmd
+}
+
+// sandboxesCmd lists the sandboxes, as a table or (--json) as the admin
+// API's JSON.
+func sandboxesCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "sandboxes",
+		Short: "List sandboxes (users' and the warm pool's): user, name, state, last activity",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var list []struct {
+				User       string     `json:"user,omitempty"`
+				Name       string     `json:"name"`
+				State      string     `json:"state"`
+				Endpoint   string     `json:"endpoint,omitempty"`
+				Subnet     string     `json:"subnet"`
+				LastActive time.Time  `json:"last_active,omitzero"`
+				WakeAt     *time.Time `json:"wake_at,omitempty"`
+			}
+			if err := adminCall(http.MethodGet, "/admin/sandboxes", nil, &list); err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "USER\tNAME\tSTATE\tSUBNET\tLAST ACTIVE\tWAKE AT")
+			for _, s := range list {
+				user, wake, last := s.User, "-", "-"
+				if user == "" {
+					user = "-"
+				}
+				if s.WakeAt != nil {
+					wake = s.WakeAt.UTC().Format(time.RFC3339)
+				}
+				if !s.LastActive.IsZero() {
+					last = s.LastActive.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", user, s.Name, s.State, s.Subnet, last, wake)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// poolCmd sizes and drains the warm pool.
+func poolCmd() *cobra.Command {
+	var size int
+	var drain bool
+	cmd := &cobra.Command{
+		Use:   "pool [--size N] [--drain]",
+		Short: "Show the warm pool; --size N keeps N unclaimed sandboxes ready (until the manager restarts); --drain rebuilds them",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if size < 0 && !drain {
+				var m map[string]int
+				if err := adminCall(http.MethodGet, "/admin/pool", nil, &m); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "warm pool: %d sandboxes, %d ready\n", m["size"], m["ready"])
+				return nil
+			}
+			q := url.Values{"size": {strconv.Itoa(size)}}
+			if drain {
+				q.Set("drain", "1")
+			}
+			var m map[string]any
+			if err := adminCall(http.MethodPost, "/admin/pool", q, &m); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "warm pool: %v sandboxes", m["size"])
+			if drain {
+				fmt.Fprint(cmd.OutOrStdout(), ", drained and rebuilt")
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&size, "size", -1, "how many unclaimed sandboxes to keep ready (default: keep the size)")
+	cmd.Flags().BoolVar(&drain, "drain", false, "retire the ready ones first (a new agent image)")
 	return cmd
 }
 

@@ -157,14 +157,22 @@ func serve(ctx context.Context) error {
 	if err := docker.CheckImage(startCtx); err != nil {
 		return err
 	}
+	imageID, err := docker.ImageID(startCtx)
+	if err != nil {
+		return err
+	}
 
 	var mgr *lifecycle.Manager
 	metrics := lifecycle.NewMetrics(func() map[string]int { return mgr.StateCounts() })
 	mgr = lifecycle.New(docker, store, agentclient.New(cfg.SandboxProxy), lifecycle.Config{
-		Pool:             cfg.SandboxPool,
+		Stack:            cfg.Stack,
+		Subnets:          cfg.SandboxPool,
 		SubnetBits:       cfg.SubnetBits,
 		Tiers:            lifecycle.Tiers{Pause: cfg.IdlePause, Stop: cfg.IdleStop, Remove: cfg.IdleRemove},
 		MaxRunning:       cfg.MaxRunning,
+		ImageID:          imageID,
+		WarmPool:         cfg.WarmPool,
+		Admission:        cfg.Admission,
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		Tick:             cfg.Tick,
 	}, log, metrics)

@@ -29,7 +29,9 @@ type Config struct {
 	IdleStop         time.Duration          // AFFIDO_IDLE_STOP
 	IdleRemove       time.Duration          // AFFIDO_IDLE_REMOVE
 	MaxRunning       int                    // AFFIDO_MAX_RUNNING
-	ProvisionTimeout time.Duration          // AFFIDO_PROVISION_TIMEOUT
+	ProvisionTimeout time.Duration          // AFFIDO_PROVISION_TIMEOUT: a request's wait for its sandbox
+	WarmPool         int                    // AFFIDO_WARM_POOL: unclaimed sandboxes kept ready
+	Admission        int                    // AFFIDO_ADMISSION: engine-heavy bring-ups at once
 	Tick             time.Duration          // AFFIDO_TICK: idle and wake scan interval
 	SandboxMemory    int64                  // AFFIDO_SANDBOX_MEMORY_MB (MiB)
 	SandboxCPUs      float64                // AFFIDO_SANDBOX_CPUS
@@ -104,6 +106,8 @@ func Load() (Config, error) {
 		IdleRemove:       dur("AFFIDO_IDLE_REMOVE", "24h"),
 		MaxRunning:       int(num("AFFIDO_MAX_RUNNING", 50)),
 		ProvisionTimeout: dur("AFFIDO_PROVISION_TIMEOUT", "30s"),
+		WarmPool:         int(num("AFFIDO_WARM_POOL", 0)),
+		Admission:        int(num("AFFIDO_ADMISSION", 4)),
 		Tick:             dur("AFFIDO_TICK", "1s"),
 		SandboxMemory:    num("AFFIDO_SANDBOX_MEMORY_MB", 512) << 20,
 		SandboxPids:      num("AFFIDO_SANDBOX_PIDS", 256),

@@ -25,10 +25,10 @@ type Tiers struct {
 // Next returns what to do with a sandbox in state that has been idle for
 // idle. A sandbox that skipped a tier (the manager was down) goes straight to
 // the deepest tier it has reached.
-func (t Tiers) Next(state string, idle time.Duration) Action {
+func (t Tiers) Next(state State, idle time.Duration) Action {
 	reached := func(d time.Duration) bool { return d > 0 && idle >= d }
 	switch state {
-	case "running":
+	case Running:
 		switch {
 		case reached(t.Remove):
 			return Remove
@@ -37,14 +37,14 @@ func (t Tiers) Next(state string, idle time.Duration) Action {
 		case reached(t.Pause):
 			return Pause
 		}
-	case "paused":
+	case Paused:
 		switch {
 		case reached(t.Remove):
 			return Remove
 		case reached(t.Stop):
 			return Stop
 		}
-	case "stopped":
+	case Stopped:
 		if reached(t.Remove) {
 			return Remove
 		}

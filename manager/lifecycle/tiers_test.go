@@ -8,7 +8,7 @@ import (
 func TestTiersNext(t *testing.T) {
 	tiers := Tiers{Pause: 5 * time.Minute, Stop: time.Hour, Remove: 24 * time.Hour}
 	tests := []struct {
-		state string
+		state State
 		idle  time.Duration
 		want  Action
 	}{

@@ -23,17 +23,52 @@ func (m *Manager) ReportWake(ctx context.Context, user string, at *time.Time) er
 	return nil
 }
 
+// wake brings a sleeping sandbox up at its stored deadline and tells the
+// agent to run its due work.
+func (m *Manager) wake(ctx context.Context, b *box, due time.Time, tier State) {
+	m.mu.Lock()
+	if b.waking {
+		m.mu.Unlock()
+		return
+	}
+	b.waking = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		b.waking = false
+		m.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
+	defer cancel()
+	begin := time.Now()
+	ep, err := m.up(ctx, b)
+	if err != nil {
+		m.log.Warn("wake: sandbox did not come up", "user", b.user, "err", err)
+		return
+	}
+	if err := m.agent.Wake(ctx, ep); err != nil {
+		m.log.Warn("wake: agent /wake failed", "user", b.user, "err", err)
+	} else {
+		m.noteResume(tier, time.Since(begin))
+	}
+	m.metrics.Wake.Observe(time.Since(due).Seconds())
+	m.mu.Lock()
+	b.lastActive = m.now()
+	m.mu.Unlock()
+	m.audit(b.user, "sandbox.woken", map[string]any{"due": due.UTC().Format(time.RFC3339Nano)})
+}
+
 // resumeSamples is how many recent resume times per tier the wake lead
 // is taken from.
 const resumeSamples = 8
 
 // noteResume records how long bringing a sandbox from tier (paused,
 // stopped, removed) to an agent that has run /wake took.
-func (m *Manager) noteResume(tier string, d time.Duration) {
+func (m *Manager) noteResume(tier State, d time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.resume == nil {
-		m.resume = map[string][]time.Duration{}
+		m.resume = map[State][]time.Duration{}
 	}
 	s := append(m.resume[tier], d)
 	if len(s) > resumeSamples {
@@ -46,7 +81,7 @@ func (m *Manager) noteResume(tier string, d time.Duration) {
 // sandbox in tier back: the slowest of its recent resumes from that tier,
 // plus a margin. The agent still runs the work at its own stored time.
 // Caller holds m.mu.
-func (m *Manager) lead(tier string) time.Duration {
+func (m *Manager) lead(tier State) time.Duration {
 	s := append([]time.Duration(nil), m.resume[tier]...)
 	if len(s) == 0 {
 		return defaultLead[tier]
@@ -56,10 +91,10 @@ func (m *Manager) lead(tier string) time.Duration {
 }
 
 // defaultLead is the lead before any resume from a tier was measured.
-var defaultLead = map[string]time.Duration{
-	"paused":  100 * time.Millisecond,
-	"stopped": 500 * time.Millisecond,
-	"removed": time.Second,
+var defaultLead = map[State]time.Duration{
+	Paused:  100 * time.Millisecond,
+	Stopped: 500 * time.Millisecond,
+	Removed: time.Second,
 }
 
 // nextWake returns when the scan must run next to start the earliest
@@ -69,7 +104,7 @@ func (m *Manager) nextWake() time.Time {
 	defer m.mu.Unlock()
 	var next time.Time
 	for _, b := range m.boxes {
-		if b.wakeAt == nil || b.state == "running" {
+		if b.wakeAt == nil || b.state.counts() {
 			continue
 		}
 		at := b.wakeAt.Add(-m.lead(b.state))
@@ -125,14 +160,12 @@ func (m *Manager) afterDeath(ctx context.Context, b *box) {
 			return
 		case <-time.After(restartBackoff):
 		}
-		b.op.Lock()
-		defer b.op.Unlock()
 		m.mu.Lock()
 		b.restartedAt = m.now()
 		m.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, m.cfg.ProvisionTimeout)
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
 		defer cancel()
-		ep, err := m.ensureRunning(rctx, b)
+		ep, err := m.up(rctx, b)
 		if err != nil {
 			m.log.Warn("restart after death", "user", b.user, "err", err)
 			return

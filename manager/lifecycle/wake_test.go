@@ -16,21 +16,21 @@ func newTestManager() *Manager {
 func TestWakeLeadFollowsMeasuredResumes(t *testing.T) {
 	m := newTestManager()
 	m.mu.Lock()
-	if got := m.lead("stopped"); got != defaultLead["stopped"] {
-		t.Fatalf("unmeasured lead %v, want %v", got, defaultLead["stopped"])
+	if got := m.lead(Stopped); got != defaultLead[Stopped] {
+		t.Fatalf("unmeasured lead %v, want %v", got, defaultLead[Stopped])
 	}
 	m.mu.Unlock()
-	m.noteResume("stopped", 900*time.Millisecond) // an outlier, later pushed out
+	m.noteResume(Stopped, 900*time.Millisecond) // an outlier, later pushed out
 	for i := 0; i < resumeSamples; i++ {
-		m.noteResume("stopped", time.Duration(200+i)*time.Millisecond)
+		m.noteResume(Stopped, time.Duration(200+i)*time.Millisecond)
 	}
-	m.noteResume("paused", 20*time.Millisecond)
+	m.noteResume(Paused, 20*time.Millisecond)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if got, want := m.lead("stopped"), 207*time.Millisecond+50*time.Millisecond; got != want {
+	if got, want := m.lead(Stopped), 207*time.Millisecond+50*time.Millisecond; got != want {
 		t.Fatalf("stopped lead %v, want %v (the slowest of the last %d plus 50 ms)", got, want, resumeSamples)
 	}
-	if got := m.lead("paused"); got != 70*time.Millisecond {
+	if got := m.lead(Paused); got != 70*time.Millisecond {
 		t.Fatalf("paused lead %v", got)
 	}
 }
@@ -42,13 +42,13 @@ func TestNextWakeIsTheEarliestLeadAdjustedDeadline(t *testing.T) {
 	m := newTestManager()
 	now := time.Now()
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
-	m.noteResume("removed", 400*time.Millisecond)
+	m.noteResume(Removed, 400*time.Millisecond)
 	m.mu.Lock()
 	m.boxes = map[string]*box{
-		"a": {user: "a", state: "paused", wakeAt: at(10 * time.Second)},
-		"b": {user: "b", state: "removed", wakeAt: at(10*time.Second + 300*time.Millisecond)},
-		"c": {user: "c", state: "running", wakeAt: at(time.Second)},
-		"d": {user: "d", state: "stopped"},
+		"a": {user: "a", state: Paused, wakeAt: at(10 * time.Second)},
+		"b": {user: "b", state: Removed, wakeAt: at(10*time.Second + 300*time.Millisecond)},
+		"c": {user: "c", state: Running, wakeAt: at(time.Second)},
+		"d": {user: "d", state: Stopped},
 	}
 	m.mu.Unlock()
 	want := now.Add(10*time.Second + 300*time.Millisecond - 450*time.Millisecond) // b, led by 400+50 ms
@@ -56,7 +56,7 @@ func TestNextWakeIsTheEarliestLeadAdjustedDeadline(t *testing.T) {
 		t.Fatalf("next wake %v, want %v", got.Sub(now), want.Sub(now))
 	}
 	m.mu.Lock()
-	m.boxes = map[string]*box{"d": {user: "d", state: "stopped"}}
+	m.boxes = map[string]*box{"d": {user: "d", state: Stopped}}
 	m.mu.Unlock()
 	if got := m.nextWake(); !got.IsZero() {
 		t.Fatalf("no wake stored, next %v", got)

@@ -70,10 +70,20 @@ func (d *Docker) CheckImage(ctx context.Context) error {
 	return nil
 }
 
+// ImageID returns the ID of the agent image, so a pool built from an
+// older image can be told apart.
+func (d *Docker) ImageID(ctx context.Context) (string, error) {
+	res, err := d.cli.ImageInspect(ctx, d.cfg.Image)
+	if err != nil {
+		return "", fmt.Errorf("inspect agent image %s: %w", d.cfg.Image, err)
+	}
+	return res.ID, nil
+}
+
 // Container is what the manager needs to know of a sandbox container.
 type Container struct {
 	ID       string
-	User     string
+	Sandbox  string
 	Status   string // created, running, paused, exited, dead
 	Endpoint netip.AddrPort
 }
@@ -81,14 +91,11 @@ type Container struct {
 // Running reports whether the container runs unpaused.
 func (c Container) Running() bool { return c.Status == "running" }
 
-// Names returns the names of user's objects in this stack.
-func (d *Docker) Names(user string) (Names, error) { return NamesFor(d.cfg.Stack, user) }
-
 // SandboxIP is the fixed address of the agent inside its subnet: the bridge
 // takes the first address, the agent the second, Caddy gets any other.
 func SandboxIP(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next().Next() }
 
-// Inspect returns the user's container, or ErrNotFound.
+// Inspect returns the sandbox's container, or ErrNotFound.
 func (d *Docker) Inspect(ctx context.Context, n Names) (Container, error) {
 	res, err := d.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{})
 	if cerrdefs.IsNotFound(err) {
@@ -98,10 +105,10 @@ func (d *Docker) Inspect(ctx context.Context, n Names) (Container, error) {
 		return Container{}, fmt.Errorf("inspect container %s: %w", n.Container(), err)
 	}
 	c := res.Container
-	if c.Config == nil || c.Config.Labels[LabelStack] != n.Stack || c.Config.Labels[LabelUser] != n.User {
-		return Container{}, fmt.Errorf("inspect container %s: exists but is not labelled for %s/%s", n.Container(), n.Stack, n.User)
+	if c.Config == nil || c.Config.Labels[LabelStack] != n.Stack || c.Config.Labels[LabelSandbox] != n.Sandbox {
+		return Container{}, fmt.Errorf("inspect container %s: exists but is not labelled for %s/%s", n.Container(), n.Stack, n.Sandbox)
 	}
-	out := Container{ID: c.ID, User: n.User}
+	out := Container{ID: c.ID, Sandbox: n.Sandbox}
 	if c.State != nil {
 		out.Status = string(c.State.Status)
 	}
@@ -113,7 +120,7 @@ func (d *Docker) Inspect(ctx context.Context, n Names) (Container, error) {
 	return out, nil
 }
 
-// EnsureNetwork returns the user's internal network, creating it with subnet
+// EnsureNetwork returns the sandbox's internal network, creating it with subnet
 // if it does not exist. Old engines create duplicates for a repeated name,
 // so the network is always looked up first.
 func (d *Docker) EnsureNetwork(ctx context.Context, n Names, subnet netip.Prefix) (string, error) {
@@ -139,10 +146,10 @@ func (d *Docker) EnsureNetwork(ctx context.Context, n Names, subnet netip.Prefix
 
 func (d *Docker) findNetwork(ctx context.Context, n Names) (string, error) {
 	res, err := d.cli.NetworkList(ctx, client.NetworkListOptions{
-		Filters: make(client.Filters).Add("label", LabelStack+"="+n.Stack).Add("label", LabelUser+"="+n.User),
+		Filters: make(client.Filters).Add("label", LabelStack+"="+n.Stack).Add("label", LabelSandbox+"="+n.Sandbox),
 	})
 	if err != nil {
-		return "", fmt.Errorf("list networks of %s: %w", n.User, err)
+		return "", fmt.Errorf("list networks of %s: %w", n.Sandbox, err)
 	}
 	for _, nw := range res.Items {
 		if nw.Name == n.Network() { // the name filter matches substrings, so compare exactly
@@ -219,10 +226,13 @@ func (d *Docker) GatewayNetworks(ctx context.Context) (map[string]bool, error) {
 	return out, nil
 }
 
-// Create creates the hardened agent container on the user network, with a
-// fixed address inside subnet. It returns the existing container if one with
-// the name exists already.
-func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix, gatewayToken string) (Container, error) {
+// Create creates the hardened agent container on the sandbox's network,
+// with a fixed address inside subnet. It returns the existing container if
+// one with the name exists already. The container carries no identity: the
+// manager tells the agent whose it is over the control path
+// (sandboxapi.Claim), so neither the user id nor the gateway token is ever
+// in an environment.
+func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix) (Container, error) {
 	stop := 5
 	ip := SandboxIP(subnet)
 	_, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
@@ -237,10 +247,8 @@ func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix, gatew
 			Env: append([]string{
 				"SESSION_DB=/data/session.db",
 				"WORKSPACE=/workspace",
-				"AFFIDO_USER=" + n.User,
 				fmt.Sprintf("AFFIDO_LISTEN=:%d", d.cfg.AgentPort),
 				"AFFIDO_GATEWAY_URL=" + d.cfg.GatewayURL,
-				"AFFIDO_GATEWAY_TOKEN=" + gatewayToken,
 				// The only address the agent's API answers: Caddy's on this network.
 				"AFFIDO_CALLER_IP=" + GatewayIP(subnet).String(),
 			}, d.cfg.Env...),
@@ -309,7 +317,7 @@ func (d *Docker) Stop(ctx context.Context, id string) error {
 	return nil
 }
 
-// RemoveContainer removes the user's container; named volumes stay.
+// RemoveContainer removes the sandbox's container; named volumes stay.
 func (d *Docker) RemoveContainer(ctx context.Context, n Names) error {
 	_, err := d.cli.ContainerRemove(ctx, n.Container(), client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
@@ -346,7 +354,7 @@ func (d *Docker) RemoveAll(ctx context.Context, n Names) error {
 	return nil
 }
 
-// Inventory lists every labelled object of this stack, by user.
+// Inventory lists every labelled object of this stack, by sandbox name.
 type Inventory struct {
 	Containers map[string][]Container
 	Networks   map[string][]string
@@ -362,15 +370,15 @@ func (d *Docker) List(ctx context.Context) (Inventory, error) {
 		return inv, fmt.Errorf("list containers: %w", err)
 	}
 	for _, c := range cs.Items {
-		u := c.Labels[LabelUser]
-		inv.Containers[u] = append(inv.Containers[u], Container{ID: c.ID, User: u, Status: string(c.State)})
+		u := c.Labels[LabelSandbox]
+		inv.Containers[u] = append(inv.Containers[u], Container{ID: c.ID, Sandbox: u, Status: string(c.State)})
 	}
 	ns, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err != nil {
 		return inv, fmt.Errorf("list networks: %w", err)
 	}
 	for _, nw := range ns.Items {
-		u := nw.Labels[LabelUser]
+		u := nw.Labels[LabelSandbox]
 		inv.Networks[u] = append(inv.Networks[u], nw.Name)
 	}
 	vs, err := d.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
@@ -378,7 +386,7 @@ func (d *Docker) List(ctx context.Context) (Inventory, error) {
 		return inv, fmt.Errorf("list volumes: %w", err)
 	}
 	for _, v := range vs.Items {
-		u := v.Labels[LabelUser]
+		u := v.Labels[LabelSandbox]
 		inv.Volumes[u] = append(inv.Volumes[u], v.Name)
 	}
 	return inv, nil
@@ -386,9 +394,9 @@ func (d *Docker) List(ctx context.Context) (Inventory, error) {
 
 // Event is a container lifecycle event of this stack.
 type Event struct {
-	User   string // empty for non-sandbox containers of the stack (Caddy)
-	Name   string
-	Action string
+	Sandbox string // empty for non-sandbox containers of the stack (Caddy)
+	Name    string
+	Action  string
 }
 
 // Events streams container events of this stack until ctx ends or the
@@ -404,7 +412,7 @@ func (d *Docker) Events(ctx context.Context) (<-chan Event, <-chan error) {
 		for {
 			select {
 			case m := <-res.Messages:
-				ev := Event{User: m.Actor.Attributes[LabelUser], Name: m.Actor.Attributes["name"], Action: string(m.Action)}
+				ev := Event{Sandbox: m.Actor.Attributes[LabelSandbox], Name: m.Actor.Attributes["name"], Action: string(m.Action)}
 				select {
 				case out <- ev:
 				case <-ctx.Done():
@@ -425,4 +433,32 @@ func short(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// Names lists every sandbox name that has any object in the inventory.
+func (inv Inventory) Names() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range []map[string]int{lens(inv.Containers), lens(inv.Networks), lens(inv.Volumes)} {
+		for name := range m {
+			if !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// Count is how many objects the inventory holds for sandbox name.
+func (inv Inventory) Count(name string) int {
+	return len(inv.Containers[name]) + len(inv.Networks[name]) + len(inv.Volumes[name])
+}
+
+func lens[V any](m map[string][]V) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = len(v)
+	}
+	return out
 }

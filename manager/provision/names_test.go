@@ -19,8 +19,30 @@ func TestNamesFor(t *testing.T) {
 		}
 	}
 	l := n.Labels()
-	if l[LabelManaged] != "true" || l[LabelUser] != "dev-user" || l[LabelStack] != "affido" {
+	if l[LabelManaged] != "true" || l[LabelSandbox] != "dev-user" || l[LabelUser] != "dev-user" || l[LabelStack] != "affido" || l[LabelPool] != "" {
 		t.Errorf("labels = %v", l)
+	}
+}
+
+func TestPoolNames(t *testing.T) {
+	name := NewPoolName()
+	n, err := NamesFor("affido", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Pool() || ValidUser(name) {
+		t.Fatalf("%s: a pool name must not be a user id", name)
+	}
+	if l := n.Labels(); l[LabelPool] != "true" || l[LabelUser] != "" || l[LabelSandbox] != name {
+		t.Errorf("labels = %v", l)
+	}
+	if NewPoolName() == name {
+		t.Error("two pool names alike")
+	}
+	for _, bad := range []string{"pool.", "pool.xyz", "pool.0123456789abcdef0", "pool/../x"} {
+		if _, err := NamesFor("affido", bad); err == nil {
+			t.Errorf("NamesFor(%q): no error", bad)
+		}
 	}
 }
 

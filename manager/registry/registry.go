@@ -40,7 +40,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("parse postgres dsn: %w", err)
 	}
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.MaxConns = 20
+	cfg.MaxConns = 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool: %w", err)
@@ -56,7 +56,10 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // Sandbox is one user's sandbox row.
 type Sandbox struct {
-	UserID       string
+	UserID string
+	// Name is what the sandbox's Docker objects are named after: the user
+	// id, or the pool name of a sandbox claimed from the warm pool.
+	Name         string
 	State        string
 	Subnet       netip.Prefix
 	ContainerID  string
@@ -160,12 +163,12 @@ func (s *Store) PutSession(ctx context.Context, user, token string, expires time
 	return nil
 }
 
-const sandboxColumns = `user_id, state, subnet, container_id, network_id, endpoint, token_hash,
+const sandboxColumns = `user_id, name, state, subnet, container_id, network_id, endpoint, token_hash,
 	created_at, updated_at, last_active_at, wake_at, reported_wake_at, reported_at`
 
 func scanSandbox(row pgx.Row) (Sandbox, error) {
 	var sb Sandbox
-	err := row.Scan(&sb.UserID, &sb.State, &sb.Subnet, &sb.ContainerID, &sb.NetworkID, &sb.Endpoint,
+	err := row.Scan(&sb.UserID, &sb.Name, &sb.State, &sb.Subnet, &sb.ContainerID, &sb.NetworkID, &sb.Endpoint,
 		&sb.TokenHash, &sb.CreatedAt, &sb.UpdatedAt, &sb.LastActiveAt, &sb.WakeAt, &sb.ReportedWakeAt, &sb.ReportedAt)
 	return sb, err
 }
@@ -195,19 +198,18 @@ func (s *Store) Sandboxes(ctx context.Context) ([]Sandbox, error) {
 	return out, nil
 }
 
-// CreateSandbox inserts a sandbox row in state provisioning with a subnet
-// chosen by pick from the subnets already taken. Allocation is serialized
+// SubnetPicker chooses a free subnet given the ones taken.
+type SubnetPicker func(used []netip.Prefix) (netip.Prefix, error)
+
+// withSubnet runs fn in a transaction with a subnet chosen by pick from
+// those taken by sandboxes and the warm pool. Allocation is serialized
 // across managers by a transaction-scoped advisory lock.
-func (s *Store) CreateSandbox(ctx context.Context, user string, pick func(used []netip.Prefix) (netip.Prefix, error)) (Sandbox, error) {
-	var sb Sandbox
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+func (s *Store) withSubnet(ctx context.Context, pick SubnetPicker, fn func(tx pgx.Tx, sn netip.Prefix) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('affido:subnets'))`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING`, user); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `SELECT subnet FROM sandboxes`)
+		rows, err := tx.Query(ctx, `SELECT subnet FROM sandboxes UNION ALL SELECT subnet FROM pool_sandboxes`)
 		if err != nil {
 			return err
 		}
@@ -219,7 +221,20 @@ func (s *Store) CreateSandbox(ctx context.Context, user string, pick func(used [
 		if err != nil {
 			return err
 		}
-		sb, err = scanSandbox(tx.QueryRow(ctx, `INSERT INTO sandboxes (user_id, state, subnet) VALUES ($1, $2, $3)
+		return fn(tx, sn)
+	})
+}
+
+// CreateSandbox inserts a sandbox row for user, named after the user, in
+// state provisioning with a subnet chosen by pick.
+func (s *Store) CreateSandbox(ctx context.Context, user string, pick SubnetPicker) (Sandbox, error) {
+	var sb Sandbox
+	err := s.withSubnet(ctx, pick, func(tx pgx.Tx, sn netip.Prefix) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO users (id) VALUES ($1) ON CONFLICT DO NOTHING`, user); err != nil {
+			return err
+		}
+		var err error
+		sb, err = scanSandbox(tx.QueryRow(ctx, `INSERT INTO sandboxes (user_id, name, state, subnet) VALUES ($1, $1, $2, $3)
 			RETURNING `+sandboxColumns, user, StateProvisioning, sn))
 		return err
 	})
@@ -291,13 +306,11 @@ func (s *Store) Audit(ctx context.Context, user, kind string, detail map[string]
 	return nil
 }
 
-// UserLock is a held per-user advisory lock; Release frees it.
-type UserLock struct{ conn *pgxpool.Conn }
-
-// LockUser takes a session-scoped advisory lock for user so that two managers
-// never provision the same user at once. If the manager dies, Postgres drops
-// the connection and the lock with it.
-func (s *Store) LockUser(ctx context.Context, user string) (*UserLock, error) {
+// LockUser takes a session-scoped advisory lock for user so that two
+// managers never provision the same user at once, and returns the function
+// that frees it. If the manager dies, Postgres drops the connection and the
+// lock with it.
+func (s *Store) LockUser(ctx context.Context, user string) (release func(), err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock user %s: %w", user, err)
@@ -306,17 +319,15 @@ func (s *Store) LockUser(ctx context.Context, user string) (*UserLock, error) {
 		conn.Release()
 		return nil, fmt.Errorf("lock user %s: %w", user, err)
 	}
-	return &UserLock{conn: conn}, nil
-}
-
-// Release frees the lock. A failed unlock closes the connection, which frees it too.
-func (l *UserLock) Release(user string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('affido:user:' || $1))`, user); err != nil {
-		_ = l.conn.Conn().Close(ctx)
-	}
-	l.conn.Release()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		// A failed unlock closes the connection, which frees the lock too.
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(hashtext('affido:user:' || $1))`, user); err != nil {
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, nil
 }
 
 // RecordUsage adds one model call's tokens to the user's daily ledger.

@@ -36,6 +36,36 @@ func (a *Admin) Handler() http.Handler {
 		}
 		writeJSON(w, list)
 	})
+	mux.HandleFunc("GET /admin/pool", func(w http.ResponseWriter, r *http.Request) {
+		size, ready := a.Manager.PoolSize()
+		writeJSON(w, map[string]int{"size": size, "ready": ready})
+	})
+	mux.HandleFunc("POST /admin/pool", func(w http.ResponseWriter, r *http.Request) {
+		size, _ := a.Manager.PoolSize()
+		if v := r.URL.Query().Get("size"); v != "" && v != "-1" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1000 {
+				problem.Write(w, http.StatusBadRequest, "bad-size", "size is the number of warm-pool sandboxes, 0 to 1000")
+				return
+			}
+			size = n
+		}
+		drain := r.URL.Query().Get("drain") == "1"
+		if err := a.Manager.SetPool(r.Context(), size, drain); err != nil {
+			problem.Write(w, http.StatusInternalServerError, "admin-failed", err.Error())
+			return
+		}
+		writeJSON(w, map[string]any{"size": size, "drained": drain})
+	})
+	mux.HandleFunc("POST /admin/capacity", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.URL.Query().Get("max"))
+		if err != nil || n < 0 {
+			problem.Write(w, http.StatusBadRequest, "bad-capacity", "max is how many sandboxes may run at once, 0 for no limit")
+			return
+		}
+		a.Manager.SetMaxRunning(n)
+		writeJSON(w, map[string]any{"max_running": n})
+	})
 	mux.HandleFunc("POST /admin/evict", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		return a.Manager.Evict(r.Context(), user)
 	}))

@@ -234,10 +234,16 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ep, err := s.Resolver.Resolve(r.Context(), user, lifecycle.Activating(r.URL.Query().Get("path")))
+	var queued *lifecycle.QueuedError
 	switch {
 	case errors.Is(err, lifecycle.ErrCapacity):
 		result = "capacity"
 		problem.RetryAfter(w, http.StatusTooManyRequests, 5, "over-capacity", "every sandbox slot is busy; try again shortly")
+		return
+	case errors.As(err, &queued):
+		result = "queued"
+		problem.RetryAfter(w, http.StatusServiceUnavailable, int(queued.RetryAfter.Seconds()+0.999), "sandbox-starting",
+			"your sandbox is being started; it goes on, so ask again after Retry-After seconds")
 		return
 	case err != nil:
 		result = "unavailable"

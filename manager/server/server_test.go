@@ -83,6 +83,7 @@ func TestResolveDecisions(t *testing.T) {
 		{"no user", "", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, auth, nil, 400, 0, false},
 		{"registry down", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, fakeAuth{err: errors.New("dial tcp: refused")}, nil, 503, 0, true},
 		{"over capacity", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, auth, lifecycle.ErrCapacity, 429, 1, true},
+		{"still queued past the budget", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, auth, &lifecycle.QueuedError{RetryAfter: 3 * time.Second, Position: 7}, 503, 1, true},
 		{"provisioning failed", "user=alice", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, auth, errors.New("docker: boom"), 503, 1, true},
 		// Cross-site writes with the session cookie (forward_auth passes the
 		// client's headers and the original method and host).

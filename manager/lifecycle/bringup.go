@@ -1,0 +1,220 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// errNeedSlot says a bring-up found engine-heavy work it holds no
+// admission slot for; it is tried again with one.
+var errNeedSlot = errors.New("bring-up needs an admission slot")
+
+// bringUp brings b's sandbox to running. A bring-up that looks light (a
+// resume, a claim from the pool) goes ahead at once; a heavy one (create,
+// start) first waits its turn in the admission queue and then takes the
+// user's registry lock, in that order, so waiting holds no connection.
+// Caller holds b.op.
+func (m *Manager) bringUp(ctx context.Context, b *box, f *flight) (netip.AddrPort, error) {
+	m.mu.Lock()
+	if b.state == Running && !b.dirty && b.endpoint.IsValid() { // a bring-up just before this one did it
+		ep := b.endpoint
+		m.mu.Unlock()
+		return ep, nil
+	}
+	heavy := m.heavyLocked(b)
+	m.mu.Unlock()
+	for {
+		if !heavy {
+			ep, err := m.bringUpWith(ctx, b, false)
+			if !errors.Is(err, errNeedSlot) {
+				return ep, err
+			}
+		}
+		m.mu.Lock()
+		f.queued = true
+		m.mu.Unlock()
+		release, err := m.adm.acquire(ctx)
+		m.mu.Lock()
+		f.queued = false
+		m.mu.Unlock()
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("wait for an admission slot: %w", err)
+		}
+		ep, err := func() (netip.AddrPort, error) {
+			defer release()
+			unlock, err := m.reg.LockUser(ctx, b.user)
+			if err != nil {
+				return netip.AddrPort{}, err
+			}
+			defer unlock()
+			return m.bringUpWith(ctx, b, true)
+		}()
+		if errors.Is(err, errNeedSlot) { // cannot happen with a slot; do not spin
+			return netip.AddrPort{}, err
+		}
+		return ep, err
+	}
+}
+
+// heavyLocked guesses whether b's bring-up will create or start a
+// container. Caller holds m.mu.
+func (m *Manager) heavyLocked(b *box) bool {
+	switch b.state {
+	case Paused, Pausing, Running:
+		return false
+	case Unknown:
+		return b.name != "" || m.readyPoolLocked() == 0 // a new user takes from the pool
+	}
+	return true
+}
+
+// bringUpWith does the work; without a slot it stops with errNeedSlot
+// where heavy work begins.
+func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.AddrPort, error) {
+	row, err := m.sandboxRow(ctx, b, slot)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	m.noteRow(b, row)
+	n := m.names(row.Name)
+	c, err := m.eng.Inspect(ctx, n)
+	switch {
+	case errors.Is(err, provision.ErrNotFound):
+		if !slot {
+			return netip.AddrPort{}, errNeedSlot
+		}
+		if err := m.makeRoom(ctx, b); err != nil {
+			return netip.AddrPort{}, err
+		}
+		if c, err = m.provision(ctx, n, &row); err != nil {
+			return netip.AddrPort{}, err
+		}
+	case err != nil:
+		return netip.AddrPort{}, err
+	}
+
+	tier := ""
+	switch c.Status {
+	case "running":
+	case "paused":
+		tier = "paused"
+		if err := m.makeRoom(ctx, b); err != nil {
+			return netip.AddrPort{}, err
+		}
+		start := time.Now()
+		if err := m.eng.Unpause(ctx, c.ID); err != nil {
+			return netip.AddrPort{}, err
+		}
+		m.metrics.Unpause.Observe(time.Since(start).Seconds())
+	case "created", "exited", "dead":
+		if !slot {
+			return netip.AddrPort{}, errNeedSlot
+		}
+		tier = "stopped"
+		if err := m.makeRoom(ctx, b); err != nil {
+			return netip.AddrPort{}, err
+		}
+		start := time.Now()
+		if row.NetworkID != "" { // Caddy may have been recreated since.
+			if err := m.eng.ConnectGateway(ctx, n, row.NetworkID, row.Subnet); err != nil {
+				return netip.AddrPort{}, err
+			}
+		}
+		if err := m.eng.Start(ctx, c.ID); err != nil {
+			return netip.AddrPort{}, err
+		}
+		m.metrics.Start.Observe(time.Since(start).Seconds())
+	default:
+		return netip.AddrPort{}, fmt.Errorf("sandbox %s is %s", row.Name, c.Status)
+	}
+
+	ep := endpoint(row.Subnet, c)
+	h, err := m.waitHealthy(ctx, ep)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
+	}
+	if err := m.bind(ctx, b, &row, ep, h.Claimed, h.User); err != nil {
+		return netip.AddrPort{}, err
+	}
+	row.State, row.ContainerID, row.Endpoint = registry.StateRunning, c.ID, ep.String()
+	m.mu.Lock()
+	row.LastActiveAt, row.WakeAt = b.lastActive, nil
+	b.wakeAt = nil
+	m.mu.Unlock()
+	if err := m.reg.UpdateSandbox(ctx, row); err != nil {
+		return netip.AddrPort{}, err
+	}
+	m.setState(b, Running, ep)
+	if tier != "" {
+		m.audit(b.user, "sandbox."+map[string]string{"paused": "unpaused", "stopped": "started"}[tier], nil)
+	}
+	return ep, nil
+}
+
+// sandboxRow returns b's registry row. A user without one takes a ready
+// sandbox from the warm pool or, failing that (and holding a slot), gets
+// a new row named after them.
+func (m *Manager) sandboxRow(ctx context.Context, b *box, slot bool) (registry.Sandbox, error) {
+	row, err := m.reg.Sandbox(ctx, b.user)
+	if !errors.Is(err, registry.ErrNotFound) {
+		return row, err
+	}
+	if row, err := m.claim(ctx, b); err == nil {
+		return row, nil
+	} else if !errors.Is(err, registry.ErrNotFound) {
+		return registry.Sandbox{}, err
+	}
+	if !slot {
+		return registry.Sandbox{}, errNeedSlot
+	}
+	row, err = m.reg.CreateSandbox(ctx, b.user, m.pickSubnet)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
+	m.audit(b.user, "sandbox.allocated", map[string]any{"subnet": row.Subnet.String()})
+	return row, nil
+}
+
+// provision creates network, volumes and container for a sandbox whose
+// container does not exist, under the names the registry records (so a
+// sandbox from the pool keeps its volumes). Every step is idempotent, so a
+// manager killed half way resumes here without a second copy of anything.
+func (m *Manager) provision(ctx context.Context, n provision.Names, row *registry.Sandbox) (provision.Container, error) {
+	start := time.Now()
+	netID, err := m.makeObjects(ctx, n, row.Subnet)
+	if err != nil {
+		return provision.Container{}, err
+	}
+	row.NetworkID, row.State = netID, registry.StateProvisioning
+	if err := m.reg.UpdateSandbox(ctx, *row); err != nil {
+		return provision.Container{}, err
+	}
+	c, err := m.eng.Create(ctx, n, row.Subnet)
+	if err != nil {
+		return provision.Container{}, err
+	}
+	m.metrics.Provision.Observe(time.Since(start).Seconds())
+	m.audit(row.UserID, "sandbox.created", map[string]any{"container": c.ID, "network": netID, "sandbox": n.Sandbox})
+	return c, nil
+}
+
+// makeObjects ensures a sandbox's network (joined by the gateway) and volumes.
+func (m *Manager) makeObjects(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error) {
+	netID, err := m.eng.EnsureNetwork(ctx, n, sn)
+	if err != nil {
+		return "", err
+	}
+	if err := m.eng.EnsureVolumes(ctx, n); err != nil {
+		return "", err
+	}
+	if err := m.eng.ConnectGateway(ctx, n, netID, sn); err != nil {
+		return "", err
+	}
+	return netID, nil
+}

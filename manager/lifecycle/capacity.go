@@ -1,0 +1,73 @@
+package lifecycle
+
+import (
+	"context"
+	"sort"
+)
+
+// SetMaxRunning changes how many sandboxes may run at once (0: unlimited).
+func (m *Manager) SetMaxRunning(n int) {
+	m.mu.Lock()
+	m.cfg.MaxRunning = max(n, 0)
+	m.mu.Unlock()
+}
+
+// runningLocked counts the slots taken: running user sandboxes other than
+// except, and pool sandboxes being built. Caller holds m.mu.
+func (m *Manager) runningLocked(except *box) int {
+	n := 0
+	for _, o := range m.boxes {
+		if o != except && o.state.counts() {
+			n++
+		}
+	}
+	for _, p := range m.pool {
+		if p.building {
+			n++
+		}
+	}
+	return n
+}
+
+// makeRoom takes a running slot for b when MaxRunning is reached, pausing
+// the least recently active sandbox that may be paused: none with a
+// request in flight or within RequestGrace of one (pause.go). On success b
+// counts as running until its bring-up ends. Caller holds b.op.
+func (m *Manager) makeRoom(ctx context.Context, b *box) error {
+	for {
+		m.mu.Lock()
+		if m.cfg.MaxRunning <= 0 || m.runningLocked(b) < m.cfg.MaxRunning {
+			if !b.state.counts() {
+				b.state = Provisioning
+			}
+			m.mu.Unlock()
+			return nil
+		}
+		var running []*box
+		for _, o := range m.boxes {
+			if o != b && o.state == Running {
+				running = append(running, o)
+			}
+		}
+		sort.Slice(running, func(i, j int) bool { return running[i].lastActive.Before(running[j].lastActive) })
+		m.mu.Unlock()
+		freed := false
+		for _, o := range running {
+			if !o.op.TryLock() { // busy with its own operation
+				continue
+			}
+			ok, err := m.pause(ctx, o)
+			o.op.Unlock()
+			if err != nil {
+				m.log.Warn("free capacity: pause failed", "user", o.user, "err", err)
+			}
+			if ok {
+				freed = true
+				break
+			}
+		}
+		if !freed {
+			return ErrCapacity
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// At capacity a new sandbox takes the slot of the least recently active
+// one, which is paused; a paused one resumes the same way.
+func TestCapacityPausesTheLeastRecentlyActive(t *testing.T) {
+	r := newRig(t, Config{MaxRunning: 2})
+	r.mustResolve("old")
+	r.clock.Add(time.Second)
+	r.mustResolve("mid")
+	r.clock.Add(time.Second)
+	r.mustResolve("new")
+	if r.state("old") != Paused || r.state("mid") != Running || r.state("new") != Running {
+		t.Fatalf("old %s, mid %s, new %s", r.state("old"), r.state("mid"), r.state("new"))
+	}
+	r.clock.Add(time.Second)
+	r.mustResolve("old") // pauses mid now
+	if r.state("mid") != Paused || r.eng.status("old") != "running" {
+		t.Fatalf("mid %s, old's container %s", r.state("mid"), r.eng.status("old"))
+	}
+}
+
+// Nothing is paused under a request: not within RequestGrace of one (it
+// may still be on its way, passive routes included), and not while the
+// agent has one in flight (a slow request, a stream). The newcomer is told
+// capacity is reached instead; once the request ends it gets the slot.
+func TestNotPausedUnderARequest(t *testing.T) {
+	r := newRig(t, Config{MaxRunning: 1, RequestGrace: time.Second})
+	ep := r.mustResolve("busy")
+	// A passive request just now: within the grace.
+	if _, err := r.m.Resolve(context.Background(), "busy", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.resolve("newcomer"); !errors.Is(err, ErrCapacity) {
+		t.Fatalf("within the grace: %v, want ErrCapacity", err)
+	}
+	// Past the grace, but the agent has a request in flight.
+	r.clock.Add(2 * time.Second)
+	r.agents.setBusy(ep, true)
+	if _, err := r.resolve("newcomer"); !errors.Is(err, ErrCapacity) {
+		t.Fatalf("with a request in flight: %v, want ErrCapacity", err)
+	}
+	if r.state("busy") != Running || r.eng.status("busy") != "running" {
+		t.Fatalf("busy is %s / %s", r.state("busy"), r.eng.status("busy"))
+	}
+	r.agents.setBusy(ep, false)
+	r.mustResolve("newcomer")
+	if r.state("busy") != Paused {
+		t.Fatalf("busy is %s once idle", r.state("busy"))
+	}
+}
+
+// The idle tiers walk a sandbox down pause → stop → remove, volumes kept,
+// and a request brings it back from any of them.
+func TestIdleTiers(t *testing.T) {
+	r := newRig(t, Config{Tiers: Tiers{Pause: time.Minute, Stop: time.Hour, Remove: 2 * time.Hour}})
+	r.run()
+	r.mustResolve("a")
+	for _, step := range []struct {
+		after  time.Duration
+		state  State
+		status string
+	}{{time.Minute, Paused, "paused"}, {time.Hour, Stopped, "exited"}, {time.Hour, Removed, ""}} {
+		r.clock.Add(step.after)
+		r.eventually(string(step.state), func() bool { return r.state("a") == step.state && r.eng.status("a") == step.status })
+	}
+	if !r.eng.hasVolumes("a") {
+		t.Fatal("remove took the volumes")
+	}
+	row, _ := r.reg.row("a")
+	if row.State != "removed" {
+		t.Fatalf("row state %s", row.State)
+	}
+	r.mustResolve("a")
+	if r.eng.status("a") != "running" {
+		t.Fatal("not back")
+	}
+}
+
+// A sleeping sandbox is brought up at its stored deadline and told to wake.
+func TestWakeAtTheStoredDeadline(t *testing.T) {
+	r := newRig(t, Config{Tiers: Tiers{Pause: time.Minute}})
+	r.run()
+	r.mustResolve("a")
+	r.clock.Add(time.Minute)
+	r.eventually("paused", func() bool { return r.state("a") == Paused })
+	at := r.clock.Now().Add(time.Hour)
+	r.m.mu.Lock()
+	r.m.boxes["a"].wakeAt = &at
+	r.m.mu.Unlock()
+	r.clock.Add(time.Hour)
+	r.eventually("woken", func() bool {
+		r.agents.mu.Lock()
+		defer r.agents.mu.Unlock()
+		return r.agents.wakes == 1
+	})
+	if r.eng.status("a") != "running" {
+		t.Fatal("woken but not running")
+	}
+}

@@ -1,0 +1,61 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/affido/affido/manager/registry"
+)
+
+// claim gives a user without a sandbox the oldest ready one of the warm
+// pool. The registry moves its row in one transaction, so a manager killed
+// at any point leaves the sandbox either in the pool or the user's, never
+// both and never lost; the agent learns whose it is when bind runs on the
+// way up. registry.ErrNotFound: the pool has none ready.
+func (m *Manager) claim(ctx context.Context, b *box) (registry.Sandbox, error) {
+	m.mu.Lock()
+	ready := m.readyPoolLocked()
+	m.mu.Unlock()
+	if ready == 0 {
+		return registry.Sandbox{}, registry.ErrNotFound
+	}
+	row, err := m.reg.ClaimPoolSandbox(ctx, b.user, m.cfg.ImageID, nil)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
+	m.mu.Lock()
+	delete(m.pool, row.Name)
+	m.mu.Unlock()
+	m.kickPool()
+	m.audit(b.user, "sandbox.claimed", map[string]any{"sandbox": row.Name})
+	return row, nil
+}
+
+// bind makes sure the agent at ep belongs to b's user: an agent that is
+// nobody's yet (fresh from the pool, or made for this user) is given the
+// user id and a fresh gateway token over the control path, the token's
+// hash stored first, so a crash in between only means binding again. An
+// agent bound to someone else is never rebound: ErrClaimedByOther.
+func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep netip.AddrPort, claimed bool, owner string) error {
+	if claimed && owner == b.user {
+		return nil
+	}
+	if claimed {
+		m.audit(b.user, "sandbox.refused", map[string]any{"sandbox": row.Name, "reason": "its agent belongs to another user"})
+		return fmt.Errorf("sandbox %s: %w", row.Name, ErrClaimedByOther)
+	}
+	token := registry.NewToken()
+	row.TokenHash = registry.HashToken(token)
+	if err := m.reg.UpdateSandbox(ctx, *row); err != nil {
+		return err
+	}
+	if err := m.agent.Claim(ctx, ep, b.user, token); err != nil {
+		if errors.Is(err, ErrClaimedByOther) {
+			return fmt.Errorf("sandbox %s: %w", row.Name, err)
+		}
+		return fmt.Errorf("bind sandbox %s to %s: %w", row.Name, b.user, err)
+	}
+	return nil
+}

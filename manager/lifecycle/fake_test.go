@@ -1,0 +1,589 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// In-memory fakes of the engine, the registry and the agents, joined so
+// that an agent answers only while its container runs unpaused.
+
+type fakeContainer struct {
+	id, name, status string
+	ip               netip.Addr
+}
+
+type fakeEngine struct {
+	mu         sync.Mutex
+	containers map[string]*fakeContainer // by sandbox name
+	networks   map[string]string         // sandbox name -> id
+	volumes    map[string]bool           // volume names
+	seq        int
+	heavy      int // creates and starts running now
+	maxHeavy   int // most at once
+	creates    int
+	slow       time.Duration // each create and start takes this long
+	gate       chan struct{} // if set, each create waits for a value
+	events     chan provision.Event
+	failCreate bool
+}
+
+func newFakeEngine() *fakeEngine {
+	return &fakeEngine{containers: map[string]*fakeContainer{}, networks: map[string]string{}, volumes: map[string]bool{},
+		events: make(chan provision.Event, 256)}
+}
+
+var _ Engine = (*fakeEngine)(nil)
+
+func (e *fakeEngine) heavyOp(ctx context.Context) func() {
+	e.mu.Lock()
+	e.heavy++
+	e.maxHeavy = max(e.maxHeavy, e.heavy)
+	slow, gate := e.slow, e.gate
+	e.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	if slow > 0 {
+		select {
+		case <-time.After(slow):
+		case <-ctx.Done():
+		}
+	}
+	return func() { e.mu.Lock(); e.heavy--; e.mu.Unlock() }
+}
+
+func (e *fakeEngine) Inspect(ctx context.Context, n provision.Names) (provision.Container, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.containers[n.Sandbox]
+	if c == nil {
+		return provision.Container{}, provision.ErrNotFound
+	}
+	return provision.Container{ID: c.id, Sandbox: c.name, Status: c.status, Endpoint: netip.AddrPortFrom(c.ip, 8080)}, nil
+}
+
+func (e *fakeEngine) Create(ctx context.Context, n provision.Names, sn netip.Prefix) (provision.Container, error) {
+	defer e.heavyOp(ctx)()
+	e.mu.Lock()
+	if e.failCreate {
+		e.mu.Unlock()
+		return provision.Container{}, fmt.Errorf("create %s: engine refused", n.Sandbox)
+	}
+	if e.networks[n.Sandbox] == "" || !e.volumes[n.SessionVolume()] || !e.volumes[n.WorkspaceVolume()] {
+		e.mu.Unlock()
+		return provision.Container{}, fmt.Errorf("create %s: network or volumes missing", n.Sandbox)
+	}
+	if e.containers[n.Sandbox] == nil {
+		e.seq++
+		e.creates++
+		e.containers[n.Sandbox] = &fakeContainer{id: fmt.Sprintf("c%d", e.seq), name: n.Sandbox, status: "created", ip: provision.SandboxIP(sn)}
+	}
+	e.mu.Unlock()
+	return e.Inspect(ctx, n)
+}
+
+func (e *fakeEngine) byID(id string) *fakeContainer {
+	for _, c := range e.containers {
+		if c.id == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func (e *fakeEngine) set(id, from, to, action string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.byID(id)
+	if c == nil {
+		return fmt.Errorf("no container %s", id)
+	}
+	if from != "" && c.status != from && !(from == "stopped" && (c.status == "created" || c.status == "exited")) {
+		return fmt.Errorf("container %s is %s, not %s", id, c.status, from)
+	}
+	c.status = to
+	select {
+	case e.events <- provision.Event{Sandbox: c.name, Action: action}:
+	default:
+	}
+	return nil
+}
+
+func (e *fakeEngine) Start(ctx context.Context, id string) error {
+	defer e.heavyOp(ctx)()
+	return e.set(id, "stopped", "running", "start")
+}
+func (e *fakeEngine) Pause(ctx context.Context, id string) error {
+	return e.set(id, "running", "paused", "pause")
+}
+func (e *fakeEngine) Unpause(ctx context.Context, id string) error {
+	return e.set(id, "paused", "running", "unpause")
+}
+func (e *fakeEngine) Stop(ctx context.Context, id string) error {
+	return e.set(id, "running", "exited", "stop")
+}
+
+func (e *fakeEngine) RemoveContainer(ctx context.Context, n provision.Names) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.containers, n.Sandbox)
+	return nil
+}
+
+func (e *fakeEngine) EnsureNetwork(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.networks[n.Sandbox] == "" {
+		e.seq++
+		e.networks[n.Sandbox] = fmt.Sprintf("n%d", e.seq)
+	}
+	return e.networks[n.Sandbox], nil
+}
+func (e *fakeEngine) ConnectGateway(ctx context.Context, n provision.Names, id string, sn netip.Prefix) error {
+	return nil
+}
+func (e *fakeEngine) GatewayNetworks(ctx context.Context) (map[string]bool, error) {
+	return map[string]bool{}, nil
+}
+func (e *fakeEngine) EnsureVolumes(ctx context.Context, n provision.Names) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.volumes[n.SessionVolume()], e.volumes[n.WorkspaceVolume()] = true, true
+	return nil
+}
+func (e *fakeEngine) RemoveAll(ctx context.Context, n provision.Names) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.containers, n.Sandbox)
+	delete(e.networks, n.Sandbox)
+	delete(e.volumes, n.SessionVolume())
+	delete(e.volumes, n.WorkspaceVolume())
+	return nil
+}
+func (e *fakeEngine) List(ctx context.Context) (provision.Inventory, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	inv := provision.Inventory{Containers: map[string][]provision.Container{}, Networks: map[string][]string{}, Volumes: map[string][]string{}}
+	for name, c := range e.containers {
+		inv.Containers[name] = append(inv.Containers[name], provision.Container{ID: c.id, Sandbox: name, Status: c.status})
+	}
+	for name := range e.networks {
+		inv.Networks[name] = append(inv.Networks[name], name)
+	}
+	return inv, nil
+}
+func (e *fakeEngine) Events(ctx context.Context) (<-chan provision.Event, <-chan error) {
+	return e.events, make(chan error)
+}
+
+// status is a sandbox's container status, "" when it has none.
+func (e *fakeEngine) status(name string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.containers[name]; c != nil {
+		return c.status
+	}
+	return ""
+}
+
+func (e *fakeEngine) count() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.containers)
+}
+
+func (e *fakeEngine) hasVolumes(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := provision.Names{Stack: "t", Sandbox: name}
+	return e.volumes[n.SessionVolume()] && e.volumes[n.WorkspaceVolume()]
+}
+
+// fakeRegistry keeps rows in maps, with the transactional claim.
+type fakeRegistry struct {
+	mu     sync.Mutex
+	rows   map[string]registry.Sandbox
+	pool   map[string]registry.PoolSandbox
+	locks  map[string]*sync.Mutex
+	audits []string
+	seq    int
+}
+
+func newFakeRegistry() *fakeRegistry {
+	return &fakeRegistry{rows: map[string]registry.Sandbox{}, pool: map[string]registry.PoolSandbox{}, locks: map[string]*sync.Mutex{}}
+}
+
+var _ Registry = (*fakeRegistry)(nil)
+
+func (r *fakeRegistry) Sandbox(ctx context.Context, user string) (registry.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row, ok := r.rows[user]
+	if !ok {
+		return registry.Sandbox{}, registry.ErrNotFound
+	}
+	return row, nil
+}
+func (r *fakeRegistry) Sandboxes(ctx context.Context) ([]registry.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []registry.Sandbox
+	for _, row := range r.rows {
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UserID < out[j].UserID })
+	return out, nil
+}
+func (r *fakeRegistry) usedLocked() []netip.Prefix {
+	var used []netip.Prefix
+	for _, row := range r.rows {
+		used = append(used, row.Subnet)
+	}
+	for _, p := range r.pool {
+		used = append(used, p.Subnet)
+	}
+	return used
+}
+func (r *fakeRegistry) CreateSandbox(ctx context.Context, user string, pick registry.SubnetPicker) (registry.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.rows[user]; ok {
+		return registry.Sandbox{}, fmt.Errorf("create sandbox %s: duplicate key", user)
+	}
+	sn, err := pick(r.usedLocked())
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
+	row := registry.Sandbox{UserID: user, Name: user, State: registry.StateProvisioning, Subnet: sn}
+	r.rows[user] = row
+	return row, nil
+}
+func (r *fakeRegistry) UpdateSandbox(ctx context.Context, sb registry.Sandbox) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.rows[sb.UserID]; !ok {
+		return registry.ErrNotFound
+	}
+	r.rows[sb.UserID] = sb
+	return nil
+}
+func (r *fakeRegistry) DeleteSandbox(ctx context.Context, user string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.rows, user)
+	return nil
+}
+func (r *fakeRegistry) ReportWake(ctx context.Context, user string, at *time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row, ok := r.rows[user]
+	if !ok {
+		return registry.ErrNotFound
+	}
+	row.ReportedWakeAt = at
+	r.rows[user] = row
+	return nil
+}
+func (r *fakeRegistry) CreatePoolSandbox(ctx context.Context, name, image string, pick registry.SubnetPicker) (registry.PoolSandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sn, err := pick(r.usedLocked())
+	if err != nil {
+		return registry.PoolSandbox{}, err
+	}
+	r.seq++
+	p := registry.PoolSandbox{Name: name, State: registry.StateProvisioning, Subnet: sn, Image: image, CreatedAt: time.Unix(int64(r.seq), 0)}
+	r.pool[name] = p
+	return p, nil
+}
+func (r *fakeRegistry) PoolSandboxes(ctx context.Context) ([]registry.PoolSandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []registry.PoolSandbox
+	for _, p := range r.pool {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+func (r *fakeRegistry) UpdatePoolSandbox(ctx context.Context, p registry.PoolSandbox) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.pool[p.Name]; !ok {
+		return registry.ErrNotFound
+	}
+	r.pool[p.Name] = p
+	return nil
+}
+func (r *fakeRegistry) DeletePoolSandbox(ctx context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.pool[name]; !ok {
+		return registry.ErrNotFound
+	}
+	delete(r.pool, name)
+	return nil
+}
+func (r *fakeRegistry) ClaimPoolSandbox(ctx context.Context, user, image string, tokenHash []byte) (registry.Sandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.rows[user]; ok {
+		return registry.Sandbox{}, fmt.Errorf("claim for %s: duplicate key", user)
+	}
+	var oldest *registry.PoolSandbox
+	for _, p := range r.pool {
+		if p.State == registry.PoolReady && p.Image == image && (oldest == nil || p.CreatedAt.Before(oldest.CreatedAt)) {
+			p := p
+			oldest = &p
+		}
+	}
+	if oldest == nil {
+		return registry.Sandbox{}, registry.ErrNotFound
+	}
+	delete(r.pool, oldest.Name)
+	row := registry.Sandbox{UserID: user, Name: oldest.Name, State: registry.StatePaused, Subnet: oldest.Subnet,
+		ContainerID: oldest.ContainerID, NetworkID: oldest.NetworkID, TokenHash: tokenHash}
+	r.rows[user] = row
+	return row, nil
+}
+func (r *fakeRegistry) LockUser(ctx context.Context, user string) (func(), error) {
+	r.mu.Lock()
+	l := r.locks[user]
+	if l == nil {
+		l = &sync.Mutex{}
+		r.locks[user] = l
+	}
+	r.mu.Unlock()
+	l.Lock()
+	return l.Unlock, nil
+}
+func (r *fakeRegistry) Audit(ctx context.Context, user, kind string, detail map[string]any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.audits = append(r.audits, user+" "+kind)
+	return nil
+}
+func (r *fakeRegistry) row(user string) (registry.Sandbox, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row, ok := r.rows[user]
+	return row, ok
+}
+func (r *fakeRegistry) poolCount(state string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, p := range r.pool {
+		if state == "" || p.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// fakeAgents are the agents of the fake engine's containers, by address.
+type fakeAgents struct {
+	eng    *fakeEngine
+	mu     sync.Mutex
+	owner  map[netip.Addr]string // claimed user
+	busy   map[netip.Addr]bool   // a request in flight
+	claims int
+	wakes  int
+}
+
+func newFakeAgents(eng *fakeEngine) *fakeAgents {
+	return &fakeAgents{eng: eng, owner: map[netip.Addr]string{}, busy: map[netip.Addr]bool{}}
+}
+
+var _ Agent = (*fakeAgents)(nil)
+
+func (a *fakeAgents) up(ep netip.AddrPort) error {
+	a.eng.mu.Lock()
+	defer a.eng.mu.Unlock()
+	for _, c := range a.eng.containers {
+		if c.ip == ep.Addr() && c.status == "running" {
+			return nil
+		}
+	}
+	return fmt.Errorf("connect %s: no running container", ep)
+}
+func (a *fakeAgents) Health(ctx context.Context, ep netip.AddrPort) (sandboxapi.Health, error) {
+	if err := a.up(ep); err != nil {
+		return sandboxapi.Health{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.owner[ep.Addr()]
+	return sandboxapi.Health{Status: "ok", Claimed: u != "", User: u}, nil
+}
+func (a *fakeAgents) Claim(ctx context.Context, ep netip.AddrPort, user, token string) error {
+	if err := a.up(ep); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u := a.owner[ep.Addr()]; u != "" && u != user {
+		return ErrClaimedByOther
+	}
+	a.owner[ep.Addr()] = user
+	a.claims++
+	return nil
+}
+func (a *fakeAgents) PrepareIdle(ctx context.Context, ep netip.AddrPort) (bool, *time.Time, error) {
+	if err := a.up(ep); err != nil {
+		return false, nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.busy[ep.Addr()], nil, nil
+}
+func (a *fakeAgents) Wake(ctx context.Context, ep netip.AddrPort) error {
+	a.mu.Lock()
+	a.wakes++
+	a.mu.Unlock()
+	return a.up(ep)
+}
+func (a *fakeAgents) ownerOf(ip netip.Addr) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owner[ip]
+}
+func (a *fakeAgents) setBusy(ep netip.AddrPort, on bool) {
+	a.mu.Lock()
+	a.busy[ep.Addr()] = on
+	a.mu.Unlock()
+}
+
+// rig is a Manager on the fakes, with a clock the test moves.
+type rig struct {
+	t      *testing.T
+	m      *Manager
+	eng    *fakeEngine
+	reg    *fakeRegistry
+	agents *fakeAgents
+	clock  *fakeClock
+	cancel context.CancelFunc
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+const testImage = "sha256:test"
+
+func newRig(t *testing.T, cfg Config) *rig {
+	t.Helper()
+	eng := newFakeEngine()
+	reg := newFakeRegistry()
+	return newRigOn(t, cfg, eng, reg, newFakeAgents(eng))
+}
+
+// newRigOn starts a Manager on existing fakes (a manager restart).
+func newRigOn(t *testing.T, cfg Config, eng *fakeEngine, reg *fakeRegistry, agents *fakeAgents) *rig {
+	t.Helper()
+	cfg.Stack = "t"
+	cfg.Subnets = netip.MustParsePrefix("10.99.0.0/16")
+	if cfg.ImageID == "" {
+		cfg.ImageID = testImage
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = 5 * time.Millisecond
+	}
+	cfg.ProbeInterval = time.Millisecond
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m := New(eng, reg, agents, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	m.now = clock.Now
+	return &rig{t: t, m: m, eng: eng, reg: reg, agents: agents, clock: clock, cancel: func() {}}
+}
+
+// run starts the manager's loops (reconcile, pool, scans).
+func (r *rig) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.t.Cleanup(cancel)
+	go r.m.Run(ctx)
+	r.eventually("the first reconcile", r.m.EventsUp)
+}
+
+// restart stops this manager and starts another on the same fakes.
+func (r *rig) restart(cfg Config) *rig {
+	r.cancel()
+	n := newRigOn(r.t, cfg, r.eng, r.reg, r.agents)
+	n.clock.now = r.clock.Now()
+	n.run()
+	return n
+}
+
+func (r *rig) resolve(user string) (netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return r.m.Resolve(ctx, user, true)
+}
+
+func (r *rig) mustResolve(user string) netip.AddrPort {
+	r.t.Helper()
+	ep, err := r.resolve(user)
+	if err != nil {
+		r.t.Fatalf("resolve %s: %v", user, err)
+	}
+	return ep
+}
+
+// eventually waits for cond, failing the test after 10 s.
+func (r *rig) eventually(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (r *rig) state(user string) State {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	if b := r.m.boxes[user]; b != nil {
+		return b.state
+	}
+	return ""
+}
+
+// resolveAll resolves every user at once and returns the errors.
+func (r *rig) resolveAll(users []string) []error {
+	errs := make([]error, len(users))
+	var wg sync.WaitGroup
+	for i, u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = r.resolve(u)
+		}()
+	}
+	wg.Wait()
+	return errs
+}

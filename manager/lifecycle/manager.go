@@ -1,0 +1,244 @@
+// Package lifecycle keeps every user's sandbox in the right state: it
+// provisions, claims from the warm pool or resumes a sandbox when a request
+// needs it (through a bounded admission queue), walks idle sandboxes down
+// the pause → stop → remove tiers, never pauses one under a request, wakes
+// sleeping ones when their stored deadline comes, keeps the warm pool full,
+// and reconciles its view with the engine's.
+//
+// The engine and the registry are interfaces this package owns (ports.go);
+// each operation has its own file.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/subnet"
+)
+
+// ErrCapacity is returned when no more sandboxes may run and none can be freed.
+var ErrCapacity = errors.New("sandbox capacity reached")
+
+// ErrClaimedByOther is returned when a sandbox's agent says it belongs to
+// another user than the registry does; it is never bound again.
+var ErrClaimedByOther = errors.New("the sandbox's agent belongs to another user")
+
+// QueuedError is returned when a request's budget ran out before its
+// sandbox was up. The work goes on; RetryAfter is when to ask again.
+type QueuedError struct {
+	RetryAfter time.Duration
+	Position   int // place in the admission queue; 0 when no longer queued
+}
+
+func (e *QueuedError) Error() string {
+	return fmt.Sprintf("sandbox is still being brought up (queue position %d); retry after %s", e.Position, e.RetryAfter)
+}
+
+// Config is the lifecycle policy.
+type Config struct {
+	Stack      string       // names the engine objects (provision.Names)
+	Subnets    netip.Prefix // the pool user subnets are cut from
+	SubnetBits int
+	Tiers      Tiers
+	MaxRunning int // 0: unlimited
+	// ImageID is the agent image's id; a pool sandbox made from another
+	// is retired.
+	ImageID string
+	// WarmPool is how many unclaimed sandboxes are kept ready.
+	WarmPool int
+	// Admission is how many engine-heavy bring-ups (create, start) run at
+	// once; the rest wait their turn in arrival order.
+	Admission int
+	// ProvisionTimeout is a request's budget when its sandbox needs work;
+	// past it the request gets a QueuedError and the work goes on, for at
+	// most BringUpTimeout.
+	ProvisionTimeout time.Duration
+	BringUpTimeout   time.Duration
+	// RequestGrace is how long after any request (passive ones included) a
+	// sandbox is not paused: the request may still be on its way to it.
+	RequestGrace  time.Duration
+	ProbeInterval time.Duration // readiness poll interval
+	Tick          time.Duration // idle, wake and pool scan interval
+}
+
+func (c *Config) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ProbeInterval, 10*time.Millisecond)
+	def(&c.ProvisionTimeout, 30*time.Second)
+	def(&c.BringUpTimeout, 2*time.Minute)
+	def(&c.RequestGrace, 500*time.Millisecond)
+	def(&c.Tick, time.Second)
+	if c.SubnetBits == 0 {
+		c.SubnetBits = 28
+	}
+	if c.Admission <= 0 {
+		c.Admission = 4
+	}
+}
+
+// Manager owns the sandboxes of one stack.
+type Manager struct {
+	eng     Engine
+	reg     Registry
+	agent   Agent
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	adm     *admission
+	base    context.Context // outlives requests: bring-ups run on it
+
+	mu       sync.Mutex
+	boxes    map[string]*box           // by user
+	byName   map[string]string         // sandbox name -> user
+	pool     map[string]*poolBox       // by pool sandbox name
+	resume   map[State][]time.Duration // recent resume times per tier (wake.go)
+	poolKick chan struct{}
+
+	eventsUp atomic.Bool
+	now      func() time.Time
+}
+
+// box is the in-memory view of one user's sandbox. op serializes engine
+// operations on it; the other fields are guarded by Manager.mu.
+type box struct {
+	op sync.Mutex
+
+	user        string
+	name        string // the sandbox name the registry records; "" until read
+	state       State
+	dirty       bool // an engine event arrived; check the engine before trusting state
+	endpoint    netip.AddrPort
+	subnet      netip.Prefix
+	lastActive  time.Time // last activating request: the idle tiers count from it
+	lastRequest time.Time // last request of any kind: no pause within RequestGrace
+	wakeAt      *time.Time
+	// reported is the agent's own last report of its next due time.
+	reported *time.Time
+	// stopping is set while the manager itself stops or removes the
+	// container, so its "die" event is not taken for a crash.
+	stopping    bool
+	restartedAt time.Time
+	waking      bool
+	flight      *flight // the bring-up in progress, if any
+}
+
+// New returns a Manager. Call Run to start its background loops.
+func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m *Metrics) *Manager {
+	cfg.defaults()
+	if m == nil {
+		m = NewMetrics(func() map[string]int { return nil })
+	}
+	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m, base: context.Background(),
+		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
+		poolKick: make(chan struct{}, 1), now: time.Now}
+	mgr.adm = newAdmission(cfg.Admission)
+	return mgr
+}
+
+// boxLocked returns user's box, making it. Caller holds m.mu.
+func (m *Manager) boxLocked(user string) *box {
+	b := m.boxes[user]
+	if b == nil {
+		b = &box{user: user, state: Unknown, lastActive: m.now()}
+		m.boxes[user] = b
+	}
+	return b
+}
+
+func (m *Manager) box(user string) *box {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.boxLocked(user)
+}
+
+// names returns the engine names of a sandbox called name.
+func (m *Manager) names(name string) provision.Names {
+	return provision.Names{Stack: m.cfg.Stack, Sandbox: name}
+}
+
+// noteRow records what the registry says of b's sandbox.
+func (m *Manager) noteRow(b *box, row registry.Sandbox) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b.name, b.subnet = row.Name, row.Subnet
+	m.byName[row.Name] = b.user
+}
+
+func (m *Manager) pickSubnet(used []netip.Prefix) (netip.Prefix, error) {
+	return subnet.Allocate(m.cfg.Subnets, m.cfg.SubnetBits, used)
+}
+
+func (m *Manager) setState(b *box, state State, ep netip.AddrPort) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b.state, b.dirty = state, false
+	if ep.IsValid() || state != Running {
+		b.endpoint = ep
+	}
+}
+
+// setStopping marks that the manager itself is taking b's container down.
+func (m *Manager) setStopping(b *box, on bool) {
+	m.mu.Lock()
+	b.stopping = on
+	m.mu.Unlock()
+}
+
+// endpoint is where a sandbox's agent listens.
+func endpoint(sn netip.Prefix, c provision.Container) netip.AddrPort {
+	port := uint16(8080)
+	if c.Endpoint.IsValid() {
+		port = c.Endpoint.Port()
+	}
+	return netip.AddrPortFrom(provision.SandboxIP(sn), port)
+}
+
+// waitHealthy polls the agent's /health every ProbeInterval until it answers.
+func (m *Manager) waitHealthy(ctx context.Context, ep netip.AddrPort) (sandboxapi.Health, error) {
+	t := time.NewTicker(m.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		h, err := m.agent.Health(pctx, ep)
+		cancel()
+		if err == nil {
+			return h, nil
+		}
+		select {
+		case <-ctx.Done():
+			return h, fmt.Errorf("wait for /health at %s: %w (last: %v)", ep, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func (m *Manager) audit(user, kind string, detail map[string]any) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.reg.Audit(ctx, user, kind, detail); err != nil {
+		m.log.Warn("audit event not recorded", "user", user, "kind", kind, "err", err)
+	}
+}
+
+func wakeDetail(t *time.Time) map[string]any {
+	if t == nil {
+		return nil
+	}
+	return map[string]any{"wake_at": t.UTC().Format(time.RFC3339Nano)}
+}
+
+// EventsUp reports whether the engine's event stream is connected.
+func (m *Manager) EventsUp() bool { return m.eventsUp.Load() }

@@ -1,0 +1,134 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// The pool fills to its size with paused, unclaimed sandboxes that belong
+// to nobody; a new user's first request claims one (an unpause, no create)
+// under its pool name, and the pool refills.
+func TestPoolFillsAndIsClaimed(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 2})
+	r.run()
+	r.eventually("two ready pool sandboxes", func() bool { return r.reg.poolCount(registry.PoolReady) == 2 })
+	ready := map[string]bool{}
+	for _, p := range mustPool(t, r) {
+		if got := r.eng.status(p.Name); got != "paused" || !provision.IsPoolName(p.Name) {
+			t.Fatalf("pool sandbox %s is %q", p.Name, got)
+		}
+		ready[p.Name] = true
+	}
+	ep := r.mustResolve("alice")
+	row, _ := r.reg.row("alice")
+	if !ready[row.Name] || r.eng.status(row.Name) != "running" {
+		t.Fatalf("alice's row %+v: not one of the ready pool sandboxes, running", row)
+	}
+	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
+		t.Fatalf("claimed agent bound to %q", got)
+	}
+	r.eventually("the pool to refill", func() bool { return r.reg.poolCount(registry.PoolReady) == 2 })
+}
+
+// Twenty new users with a pool of twenty: every one claims, none creates.
+func TestBurstFromAFullPool(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 20})
+	r.run()
+	r.eventually("a full pool", func() bool { return r.reg.poolCount(registry.PoolReady) == 20 })
+	r.m.SetPool(context.Background(), 0, false) // no refill, so every container counted is a claim
+	creates := r.eng.creates
+	users := make([]string, 20)
+	for i := range users {
+		users[i] = fmt.Sprintf("u%d", i)
+	}
+	for _, err := range r.resolveAll(users) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.eng.creates != creates {
+		t.Fatalf("%d creates during a burst from a full pool", r.eng.creates-creates)
+	}
+	seen := map[string]bool{}
+	for _, u := range users {
+		row, _ := r.reg.row(u)
+		if seen[row.Name] {
+			t.Fatalf("%s given to two users", row.Name)
+		}
+		seen[row.Name] = true
+	}
+}
+
+// The pool never builds while a user waits for an admission slot.
+func TestPoolWaitsBehindUsers(t *testing.T) {
+	r := newRig(t, Config{Admission: 1})
+	r.eng.gate = make(chan struct{})
+	go r.resolve("first") // holds the only slot
+	r.eventually("first in the engine", func() bool { r.eng.mu.Lock(); defer r.eng.mu.Unlock(); return r.eng.heavy == 1 })
+	go r.resolve("second") // waits
+	r.eventually("second queued", func() bool { return r.m.adm.waiting() == 1 })
+	if _, ok := r.m.adm.tryAcquire(); ok {
+		t.Fatal("background work took a slot ahead of a waiting user")
+	}
+	close(r.eng.gate)
+}
+
+// Evicting a claimed sandbox keeps its pool-named volumes; the next request
+// provisions a container on them; reset removes them.
+func TestClaimedSandboxKeepsItsNames(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 1})
+	r.run()
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.poolCount(registry.PoolReady) == 1 })
+	r.m.SetPool(context.Background(), 0, false)
+	r.mustResolve("alice")
+	row, _ := r.reg.row("alice")
+	if err := r.m.Evict(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if r.eng.status(row.Name) != "" || !r.eng.hasVolumes(row.Name) {
+		t.Fatal("evict: container left or volumes gone")
+	}
+	ep := r.mustResolve("alice")
+	if r.eng.status(row.Name) != "running" || r.agents.ownerOf(ep.Addr()) != "alice" {
+		t.Fatal("reprovision did not use the recorded names")
+	}
+	if err := r.m.Reset(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if r.eng.hasVolumes(row.Name) || r.eng.status(row.Name) != "" {
+		t.Fatal("reset left the pool-named volumes")
+	}
+	if _, ok := r.reg.row("alice"); ok {
+		t.Fatal("reset left the row")
+	}
+}
+
+// A changed image drains the pool: the old sandboxes go, new ones come.
+func TestPoolDrainsOnAnotherImage(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 2})
+	r.run()
+	r.eventually("a full pool", func() bool { return r.reg.poolCount(registry.PoolReady) == 2 })
+	old := mustPool(t, r)
+	r.restart(Config{WarmPool: 2, ImageID: "sha256:other"})
+	r.eventually("the old pool retired", func() bool {
+		for _, p := range old {
+			if r.eng.status(p.Name) != "" {
+				return false
+			}
+		}
+		return r.reg.poolCount(registry.PoolReady) == 2
+	})
+}
+
+func mustPool(t *testing.T, r *rig) []registry.PoolSandbox {
+	t.Helper()
+	ps, err := r.reg.PoolSandboxes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}

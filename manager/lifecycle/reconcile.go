@@ -1,0 +1,124 @@
+package lifecycle
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/registry"
+)
+
+// Reconcile compares the registry with the labelled engine objects. Users'
+// sandboxes are adopted as they are and the gateway joined to their
+// networks again. Pool sandboxes that are ready (paused, from this image)
+// are adopted; the rest — half built when a manager died, or from an older
+// image — are retired, and pool objects no row names are removed (they
+// never held anyone's data). Other unknown objects are reported, never
+// removed. A sandbox claimed just before a crash is a user's row already:
+// it is adopted, and its agent is bound on the way up.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	inv, err := m.eng.List(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := m.reg.Sandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	pools, err := m.reg.PoolSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	joined, err := m.eng.GatewayNetworks(ctx)
+	if err != nil {
+		m.log.Warn("reconcile: cannot list the gateway's networks", "err", err)
+		joined = map[string]bool{}
+	}
+	known := map[string]bool{}
+	for _, r := range rows {
+		known[r.Name] = true
+		m.adopt(ctx, r, inv, joined)
+	}
+	var retire []string
+	for _, p := range pools {
+		known[p.Name] = true
+		m.mu.Lock()
+		pb := m.pool[p.Name]
+		building := pb != nil && pb.building
+		m.mu.Unlock()
+		if building {
+			continue
+		}
+		cs := inv.Containers[p.Name]
+		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && cs[0].Status == "paused" {
+			m.mu.Lock()
+			m.pool[p.Name] = &poolBox{name: p.Name}
+			m.mu.Unlock()
+			continue
+		}
+		retire = append(retire, p.Name)
+	}
+	for _, name := range retire {
+		m.retirePool(ctx, name)
+	}
+	unknown := 0
+	for _, name := range inv.Names() {
+		if known[name] {
+			continue
+		}
+		m.mu.Lock()
+		_, building := m.pool[name]
+		m.mu.Unlock()
+		if provision.IsPoolName(name) && !building {
+			if err := m.eng.RemoveAll(ctx, m.names(name)); err != nil {
+				m.log.Warn("reconcile: orphaned pool objects not removed", "sandbox", name, "err", err)
+			}
+			continue
+		}
+		unknown += inv.Count(name)
+	}
+	m.metrics.Unknown.Set(float64(unknown))
+	if unknown > 0 {
+		m.log.Warn("reconcile: labelled objects without a registry row (remove with affido admin reset USER)", "count", unknown)
+	}
+	m.mu.Lock()
+	ready := m.readyPoolLocked()
+	m.mu.Unlock()
+	m.log.Info("reconciled", "sandboxes", len(rows), "pool_ready", ready, "pool_retired", len(retire), "unknown_objects", unknown)
+	m.kickPool()
+	return nil
+}
+
+// adopt takes one user's row and its container as the engine has it.
+func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv provision.Inventory, joined map[string]bool) {
+	b := m.box(r.UserID)
+	m.noteRow(b, r)
+	n := m.names(r.Name)
+	if r.NetworkID != "" && len(inv.Networks[r.Name]) > 0 && !joined[n.Network()] {
+		if err := m.eng.ConnectGateway(ctx, n, r.NetworkID, r.Subnet); err != nil {
+			m.log.Warn("reconcile: gateway not joined", "user", r.UserID, "err", err)
+		}
+	}
+	state := Removed
+	if cs := inv.Containers[r.Name]; len(cs) > 0 {
+		state = engineState(cs[0].Status)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b.flight != nil { // a bring-up is under way; it knows better
+		return
+	}
+	b.subnet, b.wakeAt, b.reported = r.Subnet, r.WakeAt, r.ReportedWakeAt
+	if b.state == Unknown {
+		b.lastActive = r.LastActiveAt
+		if state == Running { // unseen while the manager was away: give it a fresh idle period
+			b.lastActive = m.now()
+		}
+	}
+	b.state, b.dirty = state, false
+	b.endpoint = netip.AddrPort{}
+	if state == Running {
+		b.endpoint = netip.AddrPortFrom(provision.SandboxIP(r.Subnet), 8080)
+		b.dirty = true // verify health (and the binding) on first use
+	}
+}

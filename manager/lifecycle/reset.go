@@ -1,0 +1,38 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+
+	"github.com/affido/affido/manager/registry"
+)
+
+// Reset removes everything of user's sandbox: container, network, volumes
+// (under whatever names the registry records: a sandbox from the pool keeps
+// its pool names) and the registry row. The user and their credentials stay.
+func (m *Manager) Reset(ctx context.Context, user string) error {
+	b := m.box(user)
+	b.op.Lock()
+	defer b.op.Unlock()
+	name := user
+	row, err := m.reg.Sandbox(ctx, user)
+	switch {
+	case err == nil:
+		name = row.Name
+	case !errors.Is(err, registry.ErrNotFound):
+		return err
+	}
+	m.setStopping(b, true)
+	if err := m.eng.RemoveAll(ctx, m.names(name)); err != nil {
+		return err
+	}
+	if err := m.reg.DeleteSandbox(ctx, user); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	delete(m.boxes, user)
+	delete(m.byName, name)
+	m.mu.Unlock()
+	m.audit(user, "sandbox.reset", map[string]any{"sandbox": name})
+	return nil
+}

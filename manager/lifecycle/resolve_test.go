@@ -1,0 +1,120 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/affido/affido/manager/registry"
+)
+
+// A new user's first request provisions network, volumes and container
+// named after the user, binds the agent to them and returns its endpoint;
+// the next request takes the fast path.
+func TestResolveProvisionsANewUser(t *testing.T) {
+	r := newRig(t, Config{})
+	ep := r.mustResolve("alice")
+	if got := r.eng.status("alice"); got != "running" {
+		t.Fatalf("container %q, want running", got)
+	}
+	if !r.eng.hasVolumes("alice") {
+		t.Fatal("volumes missing")
+	}
+	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
+		t.Fatalf("agent bound to %q", got)
+	}
+	row, _ := r.reg.row("alice")
+	if row.State != registry.StateRunning || row.Name != "alice" || len(row.TokenHash) == 0 {
+		t.Fatalf("row %+v", row)
+	}
+	if ep2 := r.mustResolve("alice"); ep2 != ep || r.agents.claims != 1 || r.eng.creates != 1 {
+		t.Fatalf("second resolve: %v (claims %d, creates %d)", ep2, r.agents.claims, r.eng.creates)
+	}
+}
+
+// Twenty new users at once with two admission slots: every one is served,
+// one container each, never more than two creates or starts at once.
+func TestBurstIsAdmittedInTurn(t *testing.T) {
+	r := newRig(t, Config{Admission: 2})
+	r.eng.slow = 5 * time.Millisecond
+	users := make([]string, 20)
+	for i := range users {
+		users[i] = fmt.Sprintf("u%d", i)
+	}
+	for i, err := range r.resolveAll(users) {
+		if err != nil {
+			t.Errorf("%s: %v", users[i], err)
+		}
+	}
+	if n := r.eng.count(); n != 20 {
+		t.Fatalf("%d containers, want 20", n)
+	}
+	if r.eng.maxHeavy > 2 {
+		t.Fatalf("%d heavy engine calls at once, admission allows 2", r.eng.maxHeavy)
+	}
+	// Many requests of one user share one bring-up.
+	same := make([]string, 10)
+	for i := range same {
+		same[i] = "solo"
+	}
+	for _, err := range r.resolveAll(same) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.eng.count() != 21 {
+		t.Fatalf("%d containers after ten requests of one user", r.eng.count())
+	}
+}
+
+// Past its budget a request gets a QueuedError with a Retry-After, and its
+// sandbox is still brought up: asking again finds it running.
+func TestOverBudgetRequestIsToldWhenToComeBack(t *testing.T) {
+	r := newRig(t, Config{Admission: 1, ProvisionTimeout: 20 * time.Millisecond})
+	r.eng.gate = make(chan struct{})
+	errs := make(chan error, 2)
+	go func() { _, err := r.resolve("first"); errs <- err }()
+	r.eventually("the first create to start", func() bool { r.eng.mu.Lock(); defer r.eng.mu.Unlock(); return r.eng.heavy == 1 })
+	go func() { _, err := r.resolve("second"); errs <- err }()
+	for range 2 {
+		var q *QueuedError
+		if err := <-errs; !errors.As(err, &q) || q.RetryAfter < time.Second {
+			t.Fatalf("over budget: %v, want a QueuedError with a Retry-After", err)
+		}
+	}
+	close(r.eng.gate) // the engine goes on
+	r.eventually("both sandboxes up", func() bool { return r.state("first") == Running && r.state("second") == Running })
+	r.mustResolve("second")
+}
+
+// A bad sandbox is not retried forever and leaves no running slot taken.
+func TestFailedBringUpFreesItsSlot(t *testing.T) {
+	r := newRig(t, Config{MaxRunning: 1})
+	r.eng.failCreate = true
+	if _, err := r.resolve("a"); err == nil {
+		t.Fatal("a failing engine answered")
+	}
+	r.eng.mu.Lock()
+	r.eng.failCreate = false
+	r.eng.mu.Unlock()
+	r.mustResolve("b") // the failed one holds no slot
+}
+
+// An agent that says it belongs to another user is never bound again.
+func TestAgentOfAnotherUserIsRefused(t *testing.T) {
+	r := newRig(t, Config{})
+	ep := r.mustResolve("alice")
+	// Someone points bob's row at alice's sandbox.
+	row, _ := r.reg.row("alice")
+	row.UserID = "bob"
+	r.reg.mu.Lock()
+	r.reg.rows["bob"] = row
+	r.reg.mu.Unlock()
+	if _, err := r.resolve("bob"); !errors.Is(err, ErrClaimedByOther) {
+		t.Fatalf("resolve bob = %v, want ErrClaimedByOther", err)
+	}
+	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
+		t.Fatalf("agent now bound to %q", got)
+	}
+}
