@@ -137,6 +137,9 @@ func (s *Store) write(r record) error {
 		return err
 	}
 	dir := filepath.Dir(s.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(dir, FileName+".*.tmp") // created 0600
 	if err != nil {
 		return err

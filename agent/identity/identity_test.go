@@ -2,13 +2,17 @@ package identity_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/affido/affido/agent/identity"
+	"github.com/affido/affido/agent/privsep"
 )
 
 func load(t *testing.T, dir string) *identity.Store {
@@ -140,5 +144,35 @@ func TestUnreadableIdentityIsAnError(t *testing.T) {
 				t.Fatal("a damaged identity loaded as an unclaimed sandbox")
 			}
 		})
+	}
+}
+
+// The tools run as privsep.ToolsUID; the agent keeps identity.json in its
+// data directory, closed to them (0700, as privsep leaves it), and the file
+// itself is 0600, so even an open directory would not give the token away.
+func TestToolsCannotReadTheIdentity(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root, to run a command as the tools' uid")
+	}
+	base := t.TempDir()
+	os.Chmod(filepath.Dir(base), 0o755) // t.TempDir's own parent is closed to everyone
+	for _, dirMode := range []os.FileMode{0o700, 0o755} {
+		data := filepath.Join(base, fmt.Sprintf("data-%o", dirMode))
+		os.Mkdir(data, dirMode)
+		os.Chmod(data, dirMode)
+		s := load(t, data)
+		if err := s.Claim("alice", "tok-alice-secret"); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(data, identity.FileName)
+		// Owned by the agent, as when the agent wrote them.
+		os.Chown(data, privsep.AgentUID, privsep.AgentUID)
+		os.Chown(path, privsep.AgentUID, privsep.AgentUID)
+		cmd := exec.Command("cat", path)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: privsep.ToolsUID, Gid: privsep.ToolsUID, Groups: []uint32{privsep.WorkGID}}}
+		out, err := cmd.CombinedOutput()
+		if err == nil || strings.Contains(string(out), "tok-alice-secret") {
+			t.Fatalf("data dir %o: the tools' uid read the identity: %v %q", dirMode, err, out)
+		}
 	}
 }
