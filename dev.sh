@@ -31,7 +31,8 @@ Commands:
   status                           control plane, sandboxes with their state, volumes
   logs [SERVICE]                   follow the control plane's logs
   token USER                       print a new API token for USER (creates the user)
-  bench [FLAGS]                    measure the running stack against its floors (affido bench --help)
+  bench [FLAGS]                    measure the running stack against its floors (affido bench --help),
+                                   then the durable runtime (go test -bench ./agent/durable/)
   down                             stop the control plane; sandbox containers and all data stay
   reset [-y] [--keep-images]       remove every Affido container, network, volume and image (asks unless -y)
   help                             this text
@@ -309,6 +310,8 @@ cmd_bench() {
   [[ -n "$(manager_id)" ]] || die "the control plane is not running (./dev.sh up)"
   CGO_ENABLED=0 go build -trimpath -o "$BUILD/bin/" ./cmd/affido
   "$BUILD/bin/affido" bench --url "http://127.0.0.1:$AFFIDO_PORT" --stack "$AFFIDO_STACK" "$@"
+  say "durable runtime: commit per step, SIGKILL to first resumed step (ns/op is the mean)"
+  go test -run '^$' -bench 'StepCommit|Recover' -benchtime 500x ./agent/durable/ | grep '^Benchmark'
 }
 
 cmd_down() {

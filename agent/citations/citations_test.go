@@ -51,7 +51,7 @@ func newEnv(t *testing.T, between func()) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := durable.Open(ctx, st, durable.Options{Model: modelclient.New(gw.URL+"/v1/gateway", "t"), DefaultModel: "fake/echo",
+	h, err := durable.Open(ctx, st, durable.Options{Model: modelclient.New(gw.URL+"/v1/gateway", func() string { return "t" }), DefaultModel: "fake/echo",
 		Tools: []durable.Tool{citations.Tool(c)}, Gate: citations.Gate(c)})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/modelclient"
 	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/privsep"
@@ -28,6 +30,7 @@ import (
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/httpserve"
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 // systemPrompt carries no time or other per-request data, so provider
@@ -41,7 +44,7 @@ func Run(ctx context.Context, args []string) error {
 	root := &cobra.Command{Use: "affido-agent", Short: "The Affido agent inside a user's sandbox", SilenceUsage: true, SilenceErrors: true}
 	root.AddCommand(&cobra.Command{
 		Use:   "serve",
-		Short: "Serve the agent API on AFFIDO_LISTEN (default :8080)",
+		Short: "Serve the agent API on " + sandboxapi.EnvListen + " (default :8080)",
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context()) },
 	}, &cobra.Command{
@@ -49,11 +52,11 @@ func Run(ctx context.Context, args []string) error {
 		Short: "Exit 0 when the local agent answers /health (Docker healthcheck)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			addr := env("AFFIDO_LISTEN", ":8080")
+			addr := env(sandboxapi.EnvListen, ":8080")
 			if strings.HasPrefix(addr, ":") {
 				addr = "127.0.0.1" + addr
 			}
-			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + "/health")
+			resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + sandboxapi.HealthPath)
 			if err != nil {
 				return err
 			}
@@ -127,7 +130,7 @@ func startTools(cancel context.CancelFunc, log *slog.Logger, ws, data string) (t
 	}
 	client, cmd, err := privsep.Start(privsep.Config{Self: self, Workspace: ws, Data: data})
 	switch {
-	case errors.Is(err, privsep.ErrNotRoot) && os.Getenv("AFFIDO_PRIVSEP") != "required":
+	case errors.Is(err, privsep.ErrNotRoot) && os.Getenv(sandboxapi.EnvPrivsep) != "required":
 		log.Warn("tools run as the agent's own user: no privilege separation outside the sandbox image")
 		return tools.LocalShell{Path: env("AFFIDO_SHELL", "/bin/sh"), Dir: ws}, nil
 	case err != nil:
@@ -143,68 +146,81 @@ func startTools(cancel context.CancelFunc, log *slog.Logger, ws, data string) (t
 
 func serve(ctx context.Context) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	ws := env("WORKSPACE", "/workspace")
-	sessionDB := env("SESSION_DB", "/data/session.db")
+	ws := env(sandboxapi.EnvWorkspace, "/workspace")
+	sessionDB := env(sandboxapi.EnvSessionDB, "/data/session.db")
+	data := filepath.Dir(sessionDB)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	shell, err := startTools(cancel, log, ws, filepath.Dir(sessionDB))
+	shell, err := startTools(cancel, log, ws, data)
 	if err != nil {
 		return err
 	}
-	quotaMB, err := strconv.ParseInt(env("AFFIDO_WORKSPACE_QUOTA_MB", "1024"), 10, 64)
+	// Loaded as the agent's own uid, from the directory the tools cannot enter.
+	id, err := loadIdentity(data)
+	if err != nil {
+		return err
+	}
+	quotaMB, err := strconv.ParseInt(env(sandboxapi.EnvWorkspaceQuota, "1024"), 10, 64)
 	if err != nil || quotaMB < 0 {
-		return fmt.Errorf("AFFIDO_WORKSPACE_QUOTA_MB: want a number of MiB, got %q", os.Getenv("AFFIDO_WORKSPACE_QUOTA_MB"))
+		return fmt.Errorf("%s: want a number of MiB, got %q", sandboxapi.EnvWorkspaceQuota, os.Getenv(sandboxapi.EnvWorkspaceQuota))
 	}
 	quota := quotaMB << 20
-	toolsWS := workspace.Workspace{Dir: ws, Quota: quota, Also: []string{filepath.Join(filepath.Dir(sessionDB), "corpus")}}
+	toolsWS := workspace.Workspace{Dir: ws, Quota: quota, Also: []string{filepath.Join(data, "corpus")}}
 	var caller netip.Addr
-	if v := os.Getenv("AFFIDO_CALLER_IP"); v != "" {
+	if v := os.Getenv(sandboxapi.EnvCallerIP); v != "" {
 		if caller, err = netip.ParseAddr(v); err != nil {
-			return fmt.Errorf("AFFIDO_CALLER_IP: %w", err)
+			return fmt.Errorf("%s: %w", sandboxapi.EnvCallerIP, err)
 		}
-	} else if os.Getenv("AFFIDO_PRIVSEP") == "required" {
-		return errors.New("AFFIDO_CALLER_IP is not set: the agent's API must answer Caddy alone")
+	} else if os.Getenv(sandboxapi.EnvPrivsep) == "required" {
+		return fmt.Errorf("%s is not set: the agent's API must answer Caddy alone", sandboxapi.EnvCallerIP)
 	}
-	model := modelclient.New(env("AFFIDO_GATEWAY_URL", "http://gateway:8088")+"/v1/gateway", os.Getenv("AFFIDO_GATEWAY_TOKEN"))
+	gatewayURL := env(sandboxapi.EnvGatewayURL, "http://gateway:8088")
+	model := modelclient.New(gatewayURL+"/v1/gateway", id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
 	s := server.New(server.Config{
-		User:         env("AFFIDO_USER", ""),
+		Identity:     id,
 		Workspace:    ws,
 		SessionDB:    sessionDB,
 		Caller:       caller,
 		Quota:        quota,
 		Model:        model,
-		DefaultModel: env("AFFIDO_MODEL", "fake/echo"),
+		DefaultModel: env(sandboxapi.EnvModel, "fake/echo"),
 		Models:       model.Models,
 		Harness: durable.Options{
 			System: systemPrompt,
 			Tools:  append(append(tools.Builtin(toolsWS, shell), reminders.Tools()...), tools.WebTools(model)...),
 			Kinds:  map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}},
-			Redact: redactor.Redact,
+			// The token is out of the tools' reach; should it get out anyway, the model does not see it.
+			Redact: func(text string) string {
+				if token := id.Token(); len(token) >= 6 {
+					text = strings.ReplaceAll(text, token, "[redacted gateway token]")
+				}
+				return redactor.Redact(text)
+			},
 			// The owner hears of every approval through the notification path.
 			OnApproval: func(a durable.Approval) []durable.Task {
-				return []durable.Task{reminders.Notice(approvalNotice(a, env("AFFIDO_USER", "<you>")), a.AskedAt)}
+				return []durable.Task{reminders.Notice(approvalNotice(a, cmp.Or(id.User(), "<you>")), a.AskedAt)}
 			},
 			// The manager hears every change of the next due time, so it
 			// can wake this sandbox even if the agent hangs at pause time.
 			OnScheduled: (&wakeReporter{report: model.ReportWake, log: log}).scheduled,
 		},
-		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(filepath.Dir(sessionDB), "skills"), Market: skills.HTTPFetcher{
-			BaseURL: env("AFFIDO_GATEWAY_URL", "http://gateway:8088") + "/v1/gateway/marketplace", Token: os.Getenv("AFFIDO_GATEWAY_TOKEN")}},
+		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(data, "skills"), Market: skills.HTTPFetcher{
+			BaseURL: gatewayURL + "/v1/gateway/marketplace", Token: id.Token}},
 		Log: log,
 	})
 	defer s.Close()
-	addr := env("AFFIDO_LISTEN", ":8080")
+	addr := env(sandboxapi.EnvListen, ":8080")
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	bodyTimeout, err := time.ParseDuration(env("AFFIDO_BODY_TIMEOUT", "60s"))
+	bodyTimeout, err := time.ParseDuration(env(sandboxapi.EnvBodyTimeout, "60s"))
 	if err != nil {
-		return fmt.Errorf("AFFIDO_BODY_TIMEOUT: %w", err)
+		return fmt.Errorf("%s: %w", sandboxapi.EnvBodyTimeout, err)
 	}
 	srv := httpserve.New(s.Handler(), bodyTimeout)
-	log.Info("agent listening", "addr", addr, "user", os.Getenv("AFFIDO_USER"))
+	log.Info("agent listening", "addr", addr, "user", id.User())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -217,6 +233,24 @@ func serve(ctx context.Context) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
+}
+
+// loadIdentity loads whom the sandbox belongs to. The manager claims a
+// sandbox over the control path (POST /claim); an agent run by hand outside
+// the image, which nobody claims, claims itself with AFFIDO_USER and
+// AFFIDO_GATEWAY_TOKEN if both are set and it is not claimed yet.
+func loadIdentity(dir string) (*identity.Store, error) {
+	id, err := identity.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	user, token := os.Getenv(sandboxapi.EnvDevUser), os.Getenv(sandboxapi.EnvDevGatewayToken)
+	if _, _, claimed := id.Current(); !claimed && user != "" && token != "" {
+		if err := id.Claim(user, token); err != nil {
+			return nil, fmt.Errorf("claim from %s and %s: %w", sandboxapi.EnvDevUser, sandboxapi.EnvDevGatewayToken, err)
+		}
+	}
+	return id, nil
 }
 
 // approvalNotice is the owner's notification of an approval: the call,

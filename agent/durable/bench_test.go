@@ -1,10 +1,15 @@
 package durable_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,9 +18,23 @@ import (
 )
 
 // The durability decision in the README (synchronous=NORMAL or FULL for
-// acknowledged submissions) comes from these two benchmarks:
+// acknowledged submissions) comes from the first two benchmarks:
 //
 //	go test -run '^$' -bench . -benchtime 2s ./agent/durable/
+//
+// ./dev.sh bench runs BenchmarkStepCommit and BenchmarkRecover, which
+// report their p50 and p99 besides the mean.
+
+// reportLatency reports the p50 and p99 of ds, in ms.
+func reportLatency(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	pct := func(p float64) float64 { return float64(ds[int(p*float64(len(ds)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(pct(0.5), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
 
 func benchStore(b *testing.B, sync string) *durable.Store {
 	b.Helper()
@@ -31,7 +50,8 @@ func benchStore(b *testing.B, sync string) *durable.Store {
 	return s
 }
 
-// One step's commit: the task's checkpoint and the entry it wrote, atomically.
+// One step's commit: the task's checkpoint and the entry it wrote,
+// atomically; p50 and p99 are of the commit alone.
 func BenchmarkStepCommit(b *testing.B) {
 	for _, sync := range []string{"NORMAL", "FULL"} {
 		b.Run("synchronous="+sync, func(b *testing.B) {
@@ -41,17 +61,22 @@ func BenchmarkStepCommit(b *testing.B) {
 			if task.ID, err = s.MintID(); err != nil {
 				b.Fatal(err)
 			}
+			ds := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id, err := s.MintID()
 				if err != nil {
 					b.Fatal(err)
 				}
+				task.Checkpoint = json.RawMessage(fmt.Sprintf(`{"phase":"tool","n":%d}`, i))
 				e := durable.Entry{ID: id, ConversationID: 1, Kind: durable.AssistantMessage, Text: fmt.Sprintf("step %d", i), At: time.Now().UTC()}
+				start := time.Now()
 				if err := s.Commit(context.Background(), durable.Writes{Entries: []durable.Entry{e}, Tasks: []durable.Task{task}}); err != nil {
 					b.Fatal(err)
 				}
+				ds = append(ds, time.Since(start))
 			}
+			reportLatency(b, ds)
 		})
 	}
 }
@@ -91,4 +116,113 @@ func BenchmarkOneToolTurn(b *testing.B) {
 			}
 		})
 	}
+}
+
+// counter is BenchmarkRecover's task kind: it counts, one checkpoint per
+// step. In the child (first nil) it waits in its 10th step to be killed; in
+// the parent it tells first of its first step and waits to be closed.
+type counter struct{ first chan struct{} }
+
+func (c counter) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	if c.first != nil {
+		c.first <- struct{}{}
+		<-ctx.Done()
+		return durable.StepResult{}, ctx.Err()
+	}
+	var cp struct{ N int }
+	_ = json.Unmarshal(t.Checkpoint, &cp)
+	if cp.N == 10 {
+		fmt.Print("ready")
+		awaitKill()
+	}
+	cp.N++
+	t.Checkpoint, _ = json.Marshal(cp)
+	return durable.StepResult{Task: t}, nil
+}
+
+func openCounter(path string, k counter) (*durable.Harness, error) {
+	db, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	store, err := durable.OpenStore(ctx, db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	h, err := durable.Open(ctx, store, durable.Options{Kinds: map[string]durable.TaskKind{"counter": k}})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return h, h.Resume()
+}
+
+// TestRecoverChild is BenchmarkRecover's child: it runs a counter task
+// until its 10th step and waits there to be killed.
+func TestRecoverChild(t *testing.T) {
+	path := os.Getenv("RECOVER_DB")
+	if path == "" {
+		t.Skip("helper process for BenchmarkRecover")
+	}
+	h, err := openCounter(path, counter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "counter", State: durable.Pending, Checkpoint: json.RawMessage(`{"N":0}`)}); err != nil {
+		t.Fatal(err)
+	}
+	awaitKill()
+}
+
+// The time from opening a database that a SIGKILL left in the middle of a
+// task to that task's first resumed step. A child is killed once; every
+// iteration recovers a copy of the files it left.
+func BenchmarkRecover(b *testing.B) {
+	image := b.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRecoverChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "RECOVER_DB="+filepath.Join(image, "session.db"))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	timer := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+	got, err := io.ReadAll(io.LimitReader(out, int64(len("ready"))))
+	timer.Stop()
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err != nil || !bytes.Equal(got, []byte("ready")) {
+		b.Fatalf("the child never reached its 10th step: %q %v", got, err)
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		dir := filepath.Join(b.TempDir(), "run")
+		os.Mkdir(dir, 0o700)
+		for _, name := range []string{"session.db", "session.db-wal", "session.db-shm"} {
+			if data, err := os.ReadFile(filepath.Join(image, name)); err == nil {
+				os.WriteFile(filepath.Join(dir, name), data, 0o600)
+			}
+		}
+		k := counter{first: make(chan struct{}, 1)}
+		b.StartTimer()
+		start := time.Now()
+		h, err := openCounter(filepath.Join(dir, "session.db"), k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-k.first:
+		case <-time.After(10 * time.Second):
+			b.Fatal("no step resumed within 10 s")
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		h.Close()
+	}
+	reportLatency(b, ds)
 }

@@ -26,8 +26,10 @@ import (
 // Client calls the gateway.
 type Client struct {
 	BaseURL string // e.g. http://gateway:8088/v1/gateway
-	Token   string
-	HTTP    *http.Client
+	// Token returns the sandbox's gateway token at each call: the manager
+	// binds the sandbox, and rotates its token, while the agent runs.
+	Token func() string
+	HTTP  *http.Client
 
 	mu     sync.Mutex
 	models []string
@@ -37,7 +39,7 @@ type Client struct {
 var _ durable.Model = (*Client)(nil)
 
 // New returns a client for the gateway at baseURL.
-func New(baseURL, token string) *Client {
+func New(baseURL string, token func() string) *Client {
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 10 * time.Minute}}
 }
 
@@ -70,7 +72,7 @@ func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta f
 		return durable.ModelResponse{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Authorization", "Bearer "+c.Token)
+	hreq.Header.Set("Authorization", "Bearer "+c.Token())
 	resp, err := c.HTTP.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -190,7 +192,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Authorization", "Bearer "+c.Token())
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
@@ -275,7 +277,7 @@ func (c *Client) call(ctx context.Context, path, op string, body, out any) error
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Authorization", "Bearer "+c.Token())
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)

@@ -1,9 +1,10 @@
 // Package server is the agent's HTTP API inside its sandbox container
 // (ARCHITECTURE.md section 4). Storage (the session database and the
 // durable harness over it) opens on the first request to a route that needs
-// it; /health, /status, /ingest, /pause and the workspace file routes never
-// open it, and /status answers from a small cache written whenever storage
-// opens or closes.
+// it; /health, /claim, /status, /ingest, /pause and the workspace file
+// routes never open it, and /status answers from a small cache written
+// whenever storage opens or closes. Until the manager has bound the sandbox
+// to its user (POST /claim) only /health and /claim answer.
 package server
 
 import (
@@ -26,15 +27,18 @@ import (
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 // Config is what the server needs.
 type Config struct {
-	User         string
+	// Identity is whom the sandbox belongs to (required); POST /claim sets it.
+	Identity     *identity.Store
 	SessionDB    string // the SQLite file; its directory also holds the status cache and the corpus
 	Workspace    string
 	Model        durable.Model
@@ -50,7 +54,8 @@ type Config struct {
 	// Caller is the one address allowed to call the API: Caddy's on the
 	// user network. Anything else inside the sandbox (a program the model
 	// wrote, calling localhost or the container's own address) is refused,
-	// except GET /health, which tells nothing. Zero allows any address
+	// except GET /health, which tells no more than whose sandbox it is (the
+	// tools work for that user anyway). Zero allows any address
 	// (tests, development outside the sandbox).
 	Caller netip.Addr
 }
@@ -100,7 +105,8 @@ func (s *Server) Handler() http.Handler {
 		allowed[p] = append(allowed[p], method)
 		mux.HandleFunc(pattern, h)
 	}
-	handle("GET /health", s.health)
+	handle("GET "+sandboxapi.HealthPath, s.health)
+	handle("POST "+sandboxapi.ClaimPath, s.claim)
 	handle("GET /status", s.status)
 	handle("POST /ingest", s.ingest)
 	handle("GET /raw", s.raw)
@@ -119,8 +125,8 @@ func (s *Server) Handler() http.Handler {
 	handle("GET /file", s.file)
 	handle("DELETE /files", s.fileDelete)
 	handle("POST /prompt", s.prompt)
-	handle("POST /pause", s.pause)
-	handle("POST /wake", s.wake)
+	handle("POST "+sandboxapi.PausePath, s.pause)
+	handle("POST "+sandboxapi.WakePath, s.wake)
 	handle("PUT /uploads/{path...}", s.upload)
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))
@@ -143,7 +149,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 	})
-	return s.onlyFromCaller(s.track(mux))
+	return s.onlyFromCaller(s.track(s.onlyClaimed(mux)))
 }
 
 // onlyFromCaller refuses requests that do not come from cfg.Caller.
@@ -153,7 +159,7 @@ func (s *Server) onlyFromCaller(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ap, err := netip.ParseAddrPort(r.RemoteAddr)
-		if (err != nil || ap.Addr().Unmap() != s.cfg.Caller) && !(r.Method == http.MethodGet && r.URL.Path == "/health") {
+		if (err != nil || ap.Addr().Unmap() != s.cfg.Caller) && !(r.Method == http.MethodGet && r.URL.Path == sandboxapi.HealthPath) {
 			problem.Write(w, http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy")
 			return
 		}
@@ -197,7 +203,7 @@ func (s *Server) readStatus() (statusCache, error) {
 
 // writeStatus records the cache. Caller holds s.mu.
 func (s *Server) writeStatus(ctx context.Context, open bool) {
-	st := statusCache{User: s.cfg.User, StorageOpen: open, Model: s.cfg.DefaultModel, UpdatedAt: time.Now().UTC()}
+	st := statusCache{User: s.cfg.Identity.User(), StorageOpen: open, Model: s.cfg.DefaultModel, UpdatedAt: time.Now().UTC()}
 	if s.h != nil {
 		if conv, err := s.currentConversation(ctx, s.h); err == nil {
 			st.ConversationID = conv
@@ -312,7 +318,8 @@ func (s *Server) currentConversation(ctx context.Context, h *durable.Harness) (i
 // handlers that never open storage
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	user, _, claimed := s.cfg.Identity.Current()
+	writeJSON(w, http.StatusOK, sandboxapi.Health{Status: "ok", Claimed: claimed, User: user})
 }
 
 // status answers from the cache; while storage is open anyway it refreshes
@@ -326,7 +333,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	st, err := s.readStatus()
 	if err != nil {
-		st = statusCache{User: s.cfg.User, Model: s.cfg.DefaultModel}
+		st = statusCache{User: s.cfg.Identity.User(), Model: s.cfg.DefaultModel}
 	}
 	st.StorageOpen = open
 	writeJSON(w, http.StatusOK, st)
@@ -336,7 +343,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 // while another request is in flight or any task is ready or running.
 // next_wake_at is the earliest stored deadline; null when nothing sleeps.
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	ifIdle := r.URL.Query().Get("if_idle") == "1"
+	ifIdle := r.URL.Query().Get(sandboxapi.IfIdle) == "1"
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ifIdle {
@@ -372,7 +379,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"next_wake_at": next})
+	writeJSON(w, http.StatusOK, sandboxapi.PauseAnswer{NextWakeAt: next})
 }
 
 // wake reopens storage and runs due work (the manager calls it at wake_at).
@@ -388,7 +395,7 @@ func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
 	if !due.IsZero() {
 		next = &due
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"woken": true, "next_wake_at": next})
+	writeJSON(w, http.StatusOK, sandboxapi.WakeAnswer{Woken: true, PauseAnswer: sandboxapi.PauseAnswer{NextWakeAt: next}})
 }
 
 // helpers

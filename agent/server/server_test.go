@@ -19,6 +19,7 @@ import (
 	"github.com/affido/affido/internal/openai"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/modelclient"
 	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/agent/server"
@@ -35,6 +36,7 @@ type agent struct {
 	dir     string
 	ws      string
 	db      string
+	id      *identity.Store
 	holdMu  sync.Mutex
 	hold    chan struct{} // while non-nil, model calls wait for it
 	held    chan struct{} // receives once per model call that waits on hold
@@ -79,11 +81,32 @@ func (b *signalBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
-func newAgent(t *testing.T) *agent {
-	a := &agent{t: t, dir: t.TempDir(), held: make(chan struct{}, 1), reading: make(chan struct{}, 1)}
+// identityOf loads the identity kept beside db; with a user, claimed by it.
+func identityOf(t *testing.T, db, user string) *identity.Store {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(db), 0o755)
+	id, err := identity.Load(filepath.Dir(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		if err := id.Claim(user, "token-"+user+"-abcdef"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return id
+}
+
+// newAgent starts an agent claimed by user "u".
+func newAgent(t *testing.T) *agent { return startAgent(t, t.TempDir(), "u") }
+
+// startAgent starts an agent on dir, claimed by user unless it is empty (an
+// agent already claimed in dir stays so).
+func startAgent(t *testing.T, dir, user string) *agent {
+	a := &agent{t: t, dir: dir, held: make(chan struct{}, 1), reading: make(chan struct{}, 1)}
 	a.ws = filepath.Join(a.dir, "workspace")
 	a.db = filepath.Join(a.dir, "data", "session.db")
-	os.MkdirAll(filepath.Dir(a.db), 0o755)
+	a.id = identityOf(t, a.db, user)
 	mux := http.NewServeMux()
 	(&gateway.Handler{
 		Caller:   func(r *http.Request) (string, int, string) { return "u", 0, "" },
@@ -99,12 +122,12 @@ func newAgent(t *testing.T) *agent {
 	}).Register(mux)
 	gw := httptest.NewServer(mux)
 	t.Cleanup(gw.Close)
-	model := modelclient.New(gw.URL+"/v1/gateway", "token-abcdef")
+	model := modelclient.New(gw.URL+"/v1/gateway", a.id.Token)
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
 	builtin := append(tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), tools.WebTools(model)...)
 	builtin = append(builtin, reminders.Tools()...)
 	notify := func(context.Context, string, string, time.Time) error { return nil }
-	a.srv = server.New(server.Config{User: "u", SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
+	a.srv = server.New(server.Config{Identity: a.id, SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
 		Harness: durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}}},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
@@ -118,7 +141,17 @@ func newAgent(t *testing.T) *agent {
 
 func (a *agent) do(method, path, body string) (int, map[string]any) {
 	a.t.Helper()
+	code, _, m := a.doWith(method, path, body, nil)
+	return code, m
+}
+
+// doWith sends a request with extra headers and returns the answer's.
+func (a *agent) doWith(method, path, body string, hdr http.Header) (int, http.Header, map[string]any) {
+	a.t.Helper()
 	req, _ := http.NewRequest(method, a.http.URL+path, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		a.t.Fatal(err)
@@ -132,7 +165,7 @@ func (a *agent) do(method, path, body string) (int, map[string]any) {
 	if resp.StatusCode >= 400 && resp.Header.Get("Content-Type") != "application/problem+json" {
 		a.t.Errorf("%s %s: %d without a problem body", method, path, resp.StatusCode)
 	}
-	return resp.StatusCode, m
+	return resp.StatusCode, resp.Header, m
 }
 
 func (a *agent) prompt(text string) map[string]any {
@@ -384,7 +417,7 @@ func TestRedactionOfToolResults(t *testing.T) {
 	// The shell sees no secrets in its environment.
 	a.allow("shell")
 	m = a.prompt("run: env")
-	if strings.Contains(m["reply"].(string), "token-abcdef") || strings.Contains(m["reply"].(string), "GATEWAY") {
+	if strings.Contains(m["reply"].(string), a.id.Token()) || strings.Contains(m["reply"].(string), "GATEWAY") {
 		t.Fatalf("shell env leaks: %q", m["reply"])
 	}
 }
@@ -462,7 +495,8 @@ func drain(c chan struct{}) {
 func TestAPIAnswersOnlyTheCaller(t *testing.T) {
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "workspace")
-	s := server.New(server.Config{User: "u", SessionDB: filepath.Join(dir, "data", "session.db"), Workspace: ws,
+	db := filepath.Join(dir, "data", "session.db")
+	s := server.New(server.Config{Identity: identityOf(t, db, "u"), SessionDB: db, Workspace: ws,
 		DefaultModel: "fake/echo", Caller: netip.MustParseAddr("10.213.0.14"),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer s.Close()
@@ -500,7 +534,8 @@ func TestAPIAnswersOnlyTheCaller(t *testing.T) {
 // Uploads and ingest past the storage quota are 507 and store nothing.
 func TestStorageQuotaOnUploadAndIngest(t *testing.T) {
 	dir := t.TempDir()
-	s := server.New(server.Config{User: "u", SessionDB: filepath.Join(dir, "data", "session.db"), Workspace: filepath.Join(dir, "ws"),
+	db := filepath.Join(dir, "data", "session.db")
+	s := server.New(server.Config{Identity: identityOf(t, db, "u"), SessionDB: db, Workspace: filepath.Join(dir, "ws"),
 		DefaultModel: "fake/echo", Quota: 1000, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer s.Close()
 	h := httptest.NewServer(s.Handler())

@@ -405,8 +405,8 @@ func randomSuffix() string {
 
 // HTTPFetcher fetches marketplace paths from the gateway.
 type HTTPFetcher struct {
-	BaseURL string // e.g. http://gateway:8088/v1/gateway/marketplace
-	Token   string
+	BaseURL string        // e.g. http://gateway:8088/v1/gateway/marketplace
+	Token   func() string // the sandbox's gateway token, read at each fetch
 	Client  *http.Client
 }
 
@@ -416,7 +416,7 @@ func (f HTTPFetcher) Fetch(ctx context.Context, p string, limit int64) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+f.Token)
+	req.Header.Set("Authorization", "Bearer "+f.Token())
 	c := f.Client
 	if c == nil {
 		c = http.DefaultClient

@@ -2,8 +2,9 @@ package sandboxupstream_test
 
 // These tests run the real Caddy, in process, with caddy/Caddyfile, in front
 // of a stand-in manager and two stand-in sandboxes on loopback addresses, and
-// attack the route: forged endpoint headers, another user's credentials,
-// path tricks, and a manager that answers with an address outside the pool.
+// attack the route: forged endpoint and control headers, another user's
+// credentials, path tricks, and a manager that answers with an address
+// outside the pool.
 
 import (
 	"encoding/json"
@@ -84,8 +85,8 @@ func startStack(t *testing.T) *stack {
 				fmt.Fprint(w, "<script>steal()</script>")
 				return
 			}
-			fmt.Fprintf(w, "sandbox %s path=%s cookie=%q auth=%q endpoint=%q", name, r.URL.Path,
-				r.Header.Get("Cookie"), r.Header.Get("Authorization"), r.Header.Get("X-Sandbox-Endpoint"))
+			fmt.Fprintf(w, "sandbox %s path=%s cookie=%q auth=%q endpoint=%q control=%q", name, r.URL.Path,
+				r.Header.Get("Cookie"), r.Header.Get("Authorization"), r.Header.Get("X-Sandbox-Endpoint"), r.Header.Values("X-Affido-Control"))
 		}))
 	}
 	mln := listen(t, "127.0.0.1:0")
@@ -162,7 +163,12 @@ func startStack(t *testing.T) *stack {
 
 func get(t *testing.T, rawURL string, hdr map[string]string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", rawURL, nil)
+	return send(t, "GET", rawURL, hdr)
+}
+
+func send(t *testing.T, method, rawURL string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, rawURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +214,18 @@ func TestCaddyRoute(t *testing.T) {
 			code, body = get(t, s.user+"/u/alice/x", map[string]string{"X-Sandbox-Endpoint": forged})
 			if code != 401 {
 				t.Errorf("forged %q without credentials: got %d %q", forged, code, body)
+			}
+		}
+	})
+
+	t.Run("a client's X-Affido-Control never reaches the sandbox", func(t *testing.T) {
+		for _, forged := range []string{"1", "true", "0"} {
+			h := map[string]string{"Cookie": alice["Cookie"], "X-Affido-Control": forged}
+			for _, method := range []string{"GET", "POST"} {
+				code, body := send(t, method, s.user+"/u/alice/claim", h)
+				if code != 200 || !strings.HasPrefix(body, "sandbox A path=/claim ") || !strings.HasSuffix(body, "control=[]") {
+					t.Errorf("%s with X-Affido-Control %q: got %d %q", method, forged, code, body)
+				}
 			}
 		}
 	})
@@ -295,6 +313,15 @@ func TestCaddyRoute(t *testing.T) {
 		for _, p := range []string{"/u/alice/health", "/v1/resolve?user=alice", "/app/", "/metrics"} {
 			if code, body := get(t, s.gateway+p, alice); code != 404 {
 				t.Errorf("%s on the gateway listener: %d %q", p, code, body)
+			}
+		}
+	})
+
+	t.Run("sandbox control listener marks its requests as control, whatever the client sent", func(t *testing.T) {
+		for _, sent := range []map[string]string{nil, {"X-Affido-Control": "0"}} {
+			code, body := send(t, "POST", s.control+"/_sandbox/"+s.sbA+"/claim", sent)
+			if code != 200 || !strings.HasPrefix(body, "sandbox A path=/claim ") || !strings.HasSuffix(body, `control=["1"]`) {
+				t.Errorf("sent %v: got %d %q", sent, code, body)
 			}
 		}
 	})

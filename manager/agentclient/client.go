@@ -4,9 +4,11 @@
 // Caddy's sandbox-control listener (/_sandbox/<ip:port>/<path>), which checks
 // the address against the sandbox pool like the user route does. With no
 // proxy configured (a manager on the host) it dials the endpoint directly.
+// The routes and their JSON are internal/sandboxapi's.
 package agentclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,8 +18,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/lifecycle"
 )
+
+var _ lifecycle.Agent = (*Client)(nil)
 
 // Client calls agents.
 type Client struct {
@@ -33,8 +39,6 @@ func New(proxy string) *Client {
 	return &Client{proxy: strings.TrimRight(proxy, "/"), http: &http.Client{Transport: tr}}
 }
 
-var _ lifecycle.Agent = (*Client)(nil)
-
 func (c *Client) url(ep netip.AddrPort, path string) string {
 	if c.proxy == "" {
 		return "http://" + ep.String() + path
@@ -42,61 +46,106 @@ func (c *Client) url(ep netip.AddrPort, path string) string {
 	return c.proxy + "/_sandbox/" + ep.String() + path
 }
 
-func (c *Client) do(ctx context.Context, method string, ep netip.AddrPort, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.url(ep, path), nil)
+// do sends a control request, with body as JSON unless it is nil. Every
+// call of this client is one: Caddy's control listener sets the control
+// header itself; a manager that dials directly sends it here.
+func (c *Client) do(ctx context.Context, method string, ep netip.AddrPort, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url(ep, path), rd)
 	if err != nil {
 		return nil, err
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set(sandboxapi.HeaderControl, "1")
 	return c.http.Do(req)
 }
 
-// Health returns nil when GET /health answers 200.
-func (c *Client) Health(ctx context.Context, ep netip.AddrPort) error {
-	resp, err := c.do(ctx, http.MethodGet, ep, "/health")
+// drain reads what is left of a small answer and closes it, so the
+// connection is used again.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+}
+
+// Health calls GET /health: an error unless the agent answers 200 with a
+// Health body.
+func (c *Client) Health(ctx context.Context, ep netip.AddrPort) (sandboxapi.Health, error) {
+	var h sandboxapi.Health
+	resp, err := c.do(ctx, http.MethodGet, ep, sandboxapi.HealthPath, nil)
+	if err != nil {
+		return h, err
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return h, fmt.Errorf("GET %s at %s: %s", sandboxapi.HealthPath, ep, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&h); err != nil {
+		return h, fmt.Errorf("GET %s at %s: decode answer: %w", sandboxapi.HealthPath, ep, err)
+	}
+	return h, nil
+}
+
+// Claim binds the sandbox to user with its gateway token (POST /claim). A
+// claim for the user it already belongs to replaces the token; one for
+// another user is sandboxapi.ErrClaimedByOther.
+func (c *Client) Claim(ctx context.Context, ep netip.AddrPort, user, token string) error {
+	resp, err := c.do(ctx, http.MethodPost, ep, sandboxapi.ClaimPath, sandboxapi.Claim{User: user, Token: token})
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /health at %s: %s", ep, resp.Status)
+	defer drain(resp)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusConflict:
+		return fmt.Errorf("POST %s at %s for %s: %w", sandboxapi.ClaimPath, ep, user, sandboxapi.ErrClaimedByOther)
+	default:
+		var p problem.Problem
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&p)
+		return fmt.Errorf("POST %s at %s for %s: %s: %s", sandboxapi.ClaimPath, ep, user, resp.Status, p.Detail)
 	}
-	return nil
 }
 
-// PrepareIdle calls POST /pause?if_idle=1.
+// PrepareIdle calls POST /pause?if_idle=1: busy on 409, else the agent's
+// next due time (nil when nothing sleeps).
 func (c *Client) PrepareIdle(ctx context.Context, ep netip.AddrPort) (bool, *time.Time, error) {
-	resp, err := c.do(ctx, http.MethodPost, ep, "/pause?if_idle=1")
+	resp, err := c.do(ctx, http.MethodPost, ep, sandboxapi.PausePath+"?"+sandboxapi.IfIdle+"=1", nil)
 	if err != nil {
 		return false, nil, err
 	}
-	defer resp.Body.Close()
+	defer drain(resp)
 	switch resp.StatusCode {
 	case http.StatusConflict:
 		return true, nil, nil
 	case http.StatusOK:
-		var body struct {
-			NextWakeAt *time.Time `json:"next_wake_at"`
+		var a sandboxapi.PauseAnswer
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&a); err != nil {
+			return false, nil, fmt.Errorf("POST %s at %s: decode answer: %w", sandboxapi.PausePath, ep, err)
 		}
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&body); err != nil {
-			return false, nil, fmt.Errorf("POST /pause at %s: decode answer: %w", ep, err)
-		}
-		return false, body.NextWakeAt, nil
+		return false, a.NextWakeAt, nil
 	default:
-		return false, nil, fmt.Errorf("POST /pause at %s: %s", ep, resp.Status)
+		return false, nil, fmt.Errorf("POST %s at %s: %s", sandboxapi.PausePath, ep, resp.Status)
 	}
 }
 
 // Wake calls POST /wake.
 func (c *Client) Wake(ctx context.Context, ep netip.AddrPort) error {
-	resp, err := c.do(ctx, http.MethodPost, ep, "/wake")
+	resp, err := c.do(ctx, http.MethodPost, ep, sandboxapi.WakePath, nil)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	defer drain(resp)
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST /wake at %s: %s", ep, resp.Status)
+		return fmt.Errorf("POST %s at %s: %s", sandboxapi.WakePath, ep, resp.Status)
 	}
 	return nil
 }

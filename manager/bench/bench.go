@@ -21,8 +21,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/affido/affido/agent/durable"
-	"github.com/affido/affido/agent/durable/sqlite"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -121,7 +119,6 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Result, error) {
 		{"from the pool", r.fromPool},
 		{"prompt", r.prompts},
 		{"density", r.density},
-		{"durable", r.durable},
 	}
 	for _, st := range steps {
 		start := time.Now()
@@ -543,79 +540,5 @@ func (r *runner) density(ctx context.Context) error {
 	}
 	r.add(Figure{Name: "density: memory per paused agent (MiB, median)", Samples: len(agents), P50ms: med,
 		Note: fmt.Sprintf("manager %.1f MiB, caddy %.1f MiB (cgroup memory usage; p50 column holds MiB)", mgr, cad)})
-	return nil
-}
-
-// durable measures the runtime's commit latency per step and the time from
-// reopening a crashed database to its first resumed step.
-func (r *runner) durable(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "affido-bench-durable")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	db, err := sqlite.Open(ctx, filepath.Join(dir, "s.db"))
-	if err != nil {
-		return err
-	}
-	store, err := durable.OpenStore(ctx, db)
-	if err != nil {
-		return err
-	}
-	var ds []time.Duration
-	const steps = 500
-	taskID, _ := store.MintID()
-	task := durable.Task{ID: taskID, ConversationID: 1, Kind: "bench", State: durable.Running, Checkpoint: json.RawMessage(`{"n":0}`)}
-	start := time.Now()
-	for i := range steps {
-		id, _ := store.MintID()
-		task.Checkpoint = json.RawMessage(fmt.Sprintf(`{"n":%d}`, i+1))
-		t0 := time.Now()
-		if err := store.Commit(ctx, durable.Writes{Tasks: []durable.Task{task}, Entries: []durable.Entry{{ID: id, ConversationID: 1, Kind: durable.ToolResultEntry, Text: strings.Repeat("x", 200)}}}); err != nil {
-			return err
-		}
-		ds = append(ds, time.Since(t0))
-	}
-	total := time.Since(start)
-	f := summarize("durable: commit per step (checkpoint + one entry, SQLite WAL)", ds)
-	f.Note = fmt.Sprintf("%.0f entries/s", float64(steps)/total.Seconds())
-	r.add(f)
-	store.Close()
-	return r.recovery(ctx, dir)
-}
-
-// recovery kills a child process with SIGKILL in the middle of a task and
-// times Open → first resumed step.
-func (r *runner) recovery(ctx context.Context, dir string) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	var ds []time.Duration
-	for i := range 5 {
-		path := filepath.Join(dir, fmt.Sprintf("crash%d.db", i))
-		cmd := exec.Command(exe, "bench", "durable-child", path)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return err
-		}
-		buf := make([]byte, 5)
-		if _, err := io.ReadFull(out, buf); err != nil { // "ready": the task is mid-step
-			cmd.Process.Kill()
-			return fmt.Errorf("durable child: %w", err)
-		}
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		d, err := timeRecovery(ctx, path)
-		if err != nil {
-			return err
-		}
-		ds = append(ds, d)
-	}
-	f := summarize("durable: SIGKILL, reopen to first resumed step", ds)
-	r.add(f)
 	return nil
 }

@@ -38,13 +38,6 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent warm requests for requests/s")
 	f.IntVar(&cfg.Prompts, "prompts", 30, "prompt round trips per kind")
 	f.StringVar(&cfg.Out, "out", "", "JSON output (default bench-results/bench-<time>.json)")
-	cmd.AddCommand(&cobra.Command{
-		Use:    "durable-child PATH",
-		Short:  "Internal: the process the durable recovery benchmark kills",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
-		RunE:   func(cmd *cobra.Command, args []string) error { return bench.DurableChild(cmd.Context(), args[0]) },
-	})
 	return cmd
 }
 

@@ -70,6 +70,9 @@ func gatewayServer(t *testing.T, p gateway.Provider, rec *recorder) *httptest.Se
 	return srv
 }
 
+// token is a model client's fixed sandbox token.
+func token(t string) func() string { return func() string { return t } }
+
 func ask(t *testing.T, c *modelclient.Client, model string, msgs ...durable.Message) (durable.ModelResponse, error) {
 	t.Helper()
 	var deltas []string
@@ -85,7 +88,7 @@ func ask(t *testing.T, c *modelclient.Client, model string, msgs ...durable.Mess
 func TestFakeRulesOverTheWire(t *testing.T) {
 	rec := &recorder{}
 	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo", "fake/alt"})), rec)
-	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
+	c := modelclient.New(srv.URL+"/v1/gateway", token("sb-token"))
 	user := func(s string) durable.Message {
 		return durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] " + s}
 	}
@@ -138,11 +141,11 @@ func TestFakeRulesOverTheWire(t *testing.T) {
 
 func TestBadCallsAreRefused(t *testing.T) {
 	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
-	_, err := ask(t, modelclient.New(srv.URL+"/v1/gateway", "sb-token"), "fake/nope", durable.Message{Role: "user", Content: "x"})
+	_, err := ask(t, modelclient.New(srv.URL+"/v1/gateway", token("sb-token")), "fake/nope", durable.Message{Role: "user", Content: "x"})
 	if err == nil || durable.IsTransient(err) || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("unknown model: %v", err)
 	}
-	_, err = ask(t, modelclient.New(srv.URL+"/v1/gateway", "stolen"), "fake/echo", durable.Message{Role: "user", Content: "x"})
+	_, err = ask(t, modelclient.New(srv.URL+"/v1/gateway", token("stolen")), "fake/echo", durable.Message{Role: "user", Content: "x"})
 	if err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("bad token: %v", err)
 	}
@@ -181,7 +184,7 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 	defer upstream.Close()
 	rec := &recorder{}
 	srv := gatewayServer(t, &gateway.OpenRouter{URL: upstream.URL + "/api/v1", Key: "sk-or-secret"}, rec)
-	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
+	c := modelclient.New(srv.URL+"/v1/gateway", token("sb-token"))
 	resp, err := ask(t, c, "vendor/model", durable.Message{Role: "user", Content: "ping"})
 	if err != nil || resp.Text != "echo: ping" {
 		t.Fatalf("%+v %v", resp, err)
@@ -222,7 +225,7 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 
 func TestFlakyRuleFailsThenAnswers(t *testing.T) {
 	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
-	c := modelclient.New(srv.URL+"/v1/gateway", "sb-token")
+	c := modelclient.New(srv.URL+"/v1/gateway", token("sb-token"))
 	msg := durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] flaky 2: hello"}
 	for i := range 2 {
 		if _, err := ask(t, c, "fake/echo", msg); err == nil || !durable.IsTransient(err) {

@@ -29,8 +29,9 @@ import (
 var ErrCapacity = errors.New("sandbox capacity reached")
 
 // ErrClaimedByOther is returned when a sandbox's agent says it belongs to
-// another user than the registry does; it is never bound again.
-var ErrClaimedByOther = errors.New("the sandbox's agent belongs to another user")
+// another user than the registry does; it is never bound again. Agent.Claim
+// returns it too.
+var ErrClaimedByOther = sandboxapi.ErrClaimedByOther
 
 // QueuedError is returned when a request's budget ran out before its
 // sandbox was up. The work goes on; RetryAfter is when to ask again.

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
@@ -233,7 +234,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	if _, result, ok = s.authorize(w, r, user, forwardedMethod(r), r.URL.Query().Get("path")); !ok {
 		return
 	}
-	ep, err := s.Resolver.Resolve(r.Context(), user, lifecycle.Activating(r.URL.Query().Get("path")))
+	ep, err := s.Resolver.Resolve(r.Context(), user, sandboxapi.Activating(r.URL.Query().Get("path")))
 	var queued *lifecycle.QueuedError
 	switch {
 	case errors.Is(err, lifecycle.ErrCapacity):

@@ -1,11 +1,11 @@
-package lifecycle
+package sandboxapi
 
 import "strings"
 
 // passive lists the agent routes that never open storage. Requests to them
 // wake a sandbox to answer but do not count as activity, so a health check
 // polling every second cannot keep a sandbox from pausing.
-var passive = map[string]bool{"health": true, "status": true, "ingest": true, "pause": true}
+var passive = map[string]bool{"health": true, "status": true, "ingest": true, "pause": true, "claim": true}
 
 // passivePrefix lists the workspace file routes, which never activate.
 var passivePrefix = []string{"uploads", "skills", "artifacts"}

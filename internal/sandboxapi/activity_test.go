@@ -1,4 +1,4 @@
-package lifecycle
+package sandboxapi
 
 import "testing"
 
@@ -8,6 +8,7 @@ func TestActivating(t *testing.T) {
 		"/status":           false,
 		"/ingest":           false,
 		"/pause":            false,
+		"/claim":            false,
 		"/uploads/a.txt":    false,
 		"/skills":           false,
 		"/skills/install":   false,
@@ -21,6 +22,7 @@ func TestActivating(t *testing.T) {
 		"/health/../prompt": true, // never cleaned here; Caddy sends the cleaned path
 		"/healthz":          true,
 		"/health/x":         true,
+		"/claim/x":          true,
 	}
 	for path, want := range tests {
 		if got := Activating(path); got != want {

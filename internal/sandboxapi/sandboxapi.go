@@ -1,0 +1,88 @@
+// Package sandboxapi is the contract between the manager and the agent in a
+// sandbox, written once for both: the environment the manager gives the
+// agent's container, the control routes the manager calls (through Caddy's
+// control listener) and their JSON, and which agent routes count as the
+// user's activity.
+package sandboxapi
+
+import (
+	"errors"
+	"time"
+)
+
+// Environment the manager sets in the agent's container (the agent image
+// sets EnvSessionDB, EnvWorkspace and EnvPrivsep itself as well).
+const (
+	EnvSessionDB      = "SESSION_DB"                // the session database; its directory also holds identity.json
+	EnvWorkspace      = "WORKSPACE"                 // the workspace volume
+	EnvListen         = "AFFIDO_LISTEN"             // the agent's API address, e.g. ":8080"
+	EnvGatewayURL     = "AFFIDO_GATEWAY_URL"        // the gateway as the sandbox reaches it, e.g. http://gateway:8088
+	EnvCallerIP       = "AFFIDO_CALLER_IP"          // the one address the API answers: Caddy's on the user network
+	EnvModel          = "AFFIDO_MODEL"              // the default model
+	EnvWorkspaceQuota = "AFFIDO_WORKSPACE_QUOTA_MB" // MiB of workspace and corpus together
+	EnvBodyTimeout    = "AFFIDO_BODY_TIMEOUT"       // how long a request body may take (a Go duration)
+	EnvPrivsep        = "AFFIDO_PRIVSEP"            // "required" in the image: refuse to run the tools as the agent
+)
+
+// Development only: the manager never sets these. A sandbox learns its
+// user and gateway token from POST /claim; an agent run by hand outside the
+// image claims with these at start if both are set and it is not claimed.
+const (
+	EnvDevUser         = "AFFIDO_USER"
+	EnvDevGatewayToken = "AFFIDO_GATEWAY_TOKEN"
+)
+
+// Control routes, as the agent serves them (the manager reaches them as
+// /_sandbox/<ip:port><path> on Caddy's control listener).
+const (
+	HealthPath = "/health" // GET: Health
+	PausePath  = "/pause"  // POST, with IfIdle=1 from the manager: PauseAnswer, or 409 while busy
+	WakePath   = "/wake"   // POST: WakeAnswer
+	ClaimPath  = "/claim"  // POST Claim, with HeaderControl: Health; 409 ProblemClaimedByOther
+	IfIdle     = "if_idle" // the query parameter of PausePath
+)
+
+// HeaderControl marks a request that came through Caddy's control listener,
+// which sets it to "1"; the user route strips it. The agent accepts
+// ClaimPath only with it.
+const HeaderControl = "X-Affido-Control"
+
+// Problem types (RFC 7807 "type" suffixes) of the control routes.
+const (
+	ProblemUnclaimed      = "unclaimed"        // 503 with Retry-After: the sandbox has no user yet
+	ProblemClaimedByOther = "claimed-by-other" // 409: the sandbox already belongs to another user
+	ProblemBadClaim       = "bad-claim"        // 400: the user id or the token is malformed
+	ProblemNotControl     = "not-control"      // 403: a claim without HeaderControl
+)
+
+// ErrClaimedByOther is what a manager's client returns when the agent
+// answers a claim with ProblemClaimedByOther: the sandbox holds another
+// user's data and is never rebound.
+var ErrClaimedByOther = errors.New("the sandbox belongs to another user")
+
+// Health is the answer of GET /health.
+type Health struct {
+	Status  string `json:"status"` // "ok"
+	Claimed bool   `json:"claimed"`
+	User    string `json:"user"` // empty while unclaimed
+}
+
+// PauseAnswer is the answer of POST /pause: the earliest stored deadline of
+// the work the agent leaves behind, nil when nothing sleeps.
+type PauseAnswer struct {
+	NextWakeAt *time.Time `json:"next_wake_at"`
+}
+
+// WakeAnswer is the answer of POST /wake.
+type WakeAnswer struct {
+	Woken bool `json:"woken"`
+	PauseAnswer
+}
+
+// Claim is the body of POST /claim: the user the sandbox belongs to from
+// now on and the gateway token it calls the gateway with. A claim for the
+// user it already belongs to replaces the token.
+type Claim struct {
+	User  string `json:"user"`
+	Token string `json:"token"`
+}
