@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -20,7 +21,7 @@ import (
 // manager's loopback only (reach it with docker exec), never on a network.
 type Admin struct {
 	Manager *lifecycle.Manager
-	Store   *registry.Store
+	Store   AdminStore
 	// SpendLimits are the default limits a user's own limits replace.
 	SpendLimits spend.Limits
 }
@@ -143,6 +144,22 @@ func (a *Admin) Handler() http.Handler {
 	}))
 	return mux
 }
+
+// AdminStore is the registry as the admin API changes it.
+type AdminStore interface {
+	CreateAPIToken(ctx context.Context, user string) (string, error)
+	SetSpendLimits(ctx context.Context, user string, daily, monthly *int64) error
+	Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
+	SetNotifyURL(ctx context.Context, user, url string) error
+	// PutSession stores token as user's session until expires, replacing
+	// whatever session had that token.
+	PutSession(ctx context.Context, user, token string, expires time.Time) error
+	CreateInvite(ctx context.Context, user string, ttl time.Duration) (string, error)
+	// SetPassword sets user's password hash and ends the user's sessions.
+	SetPassword(ctx context.Context, user, hash string) error
+}
+
+var _ AdminStore = (*registry.Store)(nil)
 
 func (a *Admin) withUser(fn func(http.ResponseWriter, *http.Request, string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
