@@ -24,6 +24,9 @@ type Admin struct {
 	Store   AdminStore
 	// SpendLimits are the default limits a user's own limits replace.
 	SpendLimits spend.Limits
+	// Credentials is the public Server's cache, told of what an admin
+	// change ends (a new password ends the user's sessions).
+	Credentials *CredentialCache
 }
 
 // Handler returns the admin API.
@@ -110,7 +113,9 @@ func (a *Admin) Handler() http.Handler {
 			}
 			ttl = d
 		}
-		if err := a.Store.PutSession(r.Context(), user, tok, time.Now().Add(ttl)); err != nil {
+		err := a.Store.PutSession(r.Context(), user, tok, time.Now().Add(ttl))
+		a.Credentials.ForgetSession(tok) // the token may have been another user's, or had another expiry
+		if err != nil {
 			return err
 		}
 		writeJSON(w, map[string]string{"user": user, "token": tok})
@@ -140,7 +145,9 @@ func (a *Admin) Handler() http.Handler {
 			problem.Write(w, http.StatusBadRequest, "bad-hash", "hash must be an argon2id PHC string")
 			return nil
 		}
-		return a.Store.SetPassword(r.Context(), user, hash)
+		err := a.Store.SetPassword(r.Context(), user, hash)
+		a.Credentials.ForgetUser(user) // even on an error: the transaction may have committed
+		return err
 	}))
 	return mux
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/affido/affido/manager/lifecycle"
 )
@@ -26,7 +27,7 @@ type countingLookups struct {
 	n atomic.Int64
 }
 
-func (c *countingLookups) UserForSession(ctx context.Context, tok string) (string, error) {
+func (c *countingLookups) UserForSession(ctx context.Context, tok string) (string, time.Time, error) {
 	c.n.Add(1)
 	return c.fakeAuth.UserForSession(ctx, tok)
 }
@@ -47,8 +48,10 @@ func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discardWriter) WriteHeader(code int)        { d.code = code }
 
 // BenchmarkResolveWarm is forward_auth for a running sandbox: a known
-// credential, the owner's path, a Resolver that answers at once. lookups/op
-// counts the credential lookups that would each be a Postgres round trip.
+// credential, the owner's path, a Resolver that answers at once, the cache
+// and token use as the manager runs them. lookups/op counts the credential
+// lookups that would each be a Postgres round trip (and, for an API token
+// before the batched write, a write).
 func BenchmarkResolveWarm(b *testing.B) {
 	for _, c := range []struct{ name, header, value string }{
 		{"session", "Cookie", SessionCookie + "=s-alice"},
@@ -57,6 +60,7 @@ func BenchmarkResolveWarm(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			auth := &countingLookups{fakeAuth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-alice": "alice"}}}
 			s := &Server{Auth: auth, Resolver: instantResolver{}, Metrics: lifecycle.NewMetrics(func() map[string]int { return nil }),
+				Credentials: NewCredentialCache(time.Second), TokenUse: NewTokenUse(&touches{}, nil),
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			h := s.Handler()
 			newReq := func() *http.Request {
