@@ -18,8 +18,10 @@ import (
 type instantResolver struct{}
 
 func (instantResolver) Resolve(context.Context, string, bool) (netip.AddrPort, error) {
-	return netip.MustParseAddrPort("10.213.0.2:8080"), nil
+	return warmEndpoint, nil
 }
+
+var warmEndpoint = netip.MustParseAddrPort("10.213.0.2:8080")
 
 // countingLookups is fakeAuth counting the lookups that would go to Postgres.
 type countingLookups struct {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -121,8 +122,9 @@ type Server struct {
 	SessionTTL    time.Duration  // default DefaultSessionTTL
 	HashParams    account.Params // default account.DefaultParams
 
-	throttleOnce sync.Once
-	throttle     *authThrottle
+	throttleOnce     sync.Once
+	throttle         *authThrottle
+	resolveObservers sync.Map // result -> prometheus.Observer
 	signInState
 }
 
@@ -263,13 +265,8 @@ func (w webSessions) UserForSession(ctx context.Context, token string) (string, 
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	result := "ok"
-	defer func() {
-		if s.Metrics != nil {
-			s.Metrics.Resolve.WithLabelValues(result).Observe(time.Since(start).Seconds())
-		}
-	}()
-	q := r.URL.Query()
-	user, path := q.Get("user"), q.Get("path")
+	defer func() { s.observeResolve(result, time.Since(start)) }()
+	user, path := resolveQuery(r.URL.RawQuery)
 	if !provision.ValidUser(user) {
 		result = "bad_request"
 		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
@@ -293,6 +290,52 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(EndpointHeader, ep.String())
 	w.WriteHeader(http.StatusOK)
+}
+
+// resolveQuery returns the first user and path of a /v1/resolve query, as
+// url.ParseQuery would, without building its map on every request. A
+// query with many parameters (not Caddy's, which has two) goes to
+// url.ParseQuery itself, with its limits.
+func resolveQuery(raw string) (user, path string) {
+	if strings.Count(raw, "&") >= 8 {
+		q, _ := url.ParseQuery(raw)
+		return q.Get("user"), q.Get("path")
+	}
+	var haveUser, havePath bool
+	for raw != "" && !(haveUser && havePath) {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.Contains(pair, ";") {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		k, err := url.QueryUnescape(k)
+		if err != nil || !(k == "user" && !haveUser || k == "path" && !havePath) {
+			continue
+		}
+		if v, err = url.QueryUnescape(v); err != nil {
+			continue
+		}
+		if k == "user" {
+			user, haveUser = v, true
+		} else {
+			path, havePath = v, true
+		}
+	}
+	return user, path
+}
+
+// observeResolve records one resolve's latency by result; the observer of
+// each result is looked up once.
+func (s *Server) observeResolve(result string, d time.Duration) {
+	if s.Metrics == nil {
+		return
+	}
+	o, ok := s.resolveObservers.Load(result)
+	if !ok {
+		o, _ = s.resolveObservers.LoadOrStore(result, s.Metrics.Resolve.WithLabelValues(result))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // authorize authenticates r (the session cookie or an API token), for
