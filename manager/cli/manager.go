@@ -197,12 +197,15 @@ func serve(ctx context.Context) error {
 	if cfg.SearchProvider == "brave" {
 		search = &gateway.BraveSearch{URL: cfg.SearchURL, Key: cfg.SearchKey}
 	}
-	pub := &server.Server{Auth: store, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
+	creds := server.NewCredentialCache(cfg.AuthCacheTTL)
+	tokenUse := server.NewTokenUse(store, log)
+	go tokenUse.Run(ctx)
+	pub := &server.Server{Auth: store, Credentials: creds, TokenUse: tokenUse, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
 		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
 		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr, FetchClient: fetchClient, Search: search,
 		Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp, SecureCookies: cfg.SecureCookies,
 		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -229,7 +232,10 @@ func serve(ctx context.Context) error {
 	for _, srv := range servers {
 		_ = srv.Shutdown(shutdown)
 	}
-	return nil
+	// The API token uses since the last write, now that no request runs.
+	flush, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel3()
+	return tokenUse.Flush(flush)
 }
 
 type healthOf struct {

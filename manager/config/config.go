@@ -56,6 +56,7 @@ type Config struct {
 	SearchKey        string                 // AFFIDO_SEARCH_KEY, or the file AFFIDO_SEARCH_KEY_FILE
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
+	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
 }
 
 func list(s string) []string {
@@ -114,6 +115,7 @@ func Load() (Config, error) {
 		NotifyQueueMax:   int(num("AFFIDO_NOTIFY_QUEUE_MAX", 100)),
 		WorkspaceQuotaMB: num("AFFIDO_WORKSPACE_QUOTA_MB", 1024),
 		BodyTimeout:      dur("AFFIDO_BODY_TIMEOUT", "60s"),
+		AuthCacheTTL:     dur("AFFIDO_AUTH_CACHE_TTL", "1s"),
 	}
 	c.Provider = str("AFFIDO_PROVIDER", "fake")
 	c.MarketplaceDir = str("AFFIDO_MARKETPLACE_DIR", "/marketplace")

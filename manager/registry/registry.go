@@ -98,26 +98,27 @@ func NewToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// UserForSession returns the user of an unexpired web session token.
-func (s *Store) UserForSession(ctx context.Context, token string) (string, error) {
+// UserForSession returns the user of an unexpired web session token and
+// when the session expires.
+func (s *Store) UserForSession(ctx context.Context, token string) (string, time.Time, error) {
 	var user string
+	var expires time.Time
 	err := s.pool.QueryRow(ctx,
-		`SELECT user_id FROM session WHERE token = $1 AND expires_at > now()`, token).Scan(&user)
+		`SELECT user_id, expires_at FROM session WHERE token = $1 AND expires_at > now()`, token).Scan(&user, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", ErrUnauthenticated
+		return "", time.Time{}, ErrUnauthenticated
 	}
 	if err != nil {
-		return "", fmt.Errorf("look up session: %w", err)
+		return "", time.Time{}, fmt.Errorf("look up session: %w", err)
 	}
-	return user, nil
+	return user, expires, nil
 }
 
-// UserForAPIToken returns the user an API token belongs to.
+// UserForAPIToken returns the user an API token belongs to. It only reads:
+// the caller records the use with TouchAPITokens.
 func (s *Store) UserForAPIToken(ctx context.Context, token string) (string, error) {
 	var user string
-	err := s.pool.QueryRow(ctx,
-		`UPDATE api_tokens SET last_used_at = now() WHERE token_hash = $1 RETURNING user_id`,
-		HashToken(token)).Scan(&user)
+	err := s.pool.QueryRow(ctx, `SELECT user_id FROM api_tokens WHERE token_hash = $1`, HashToken(token)).Scan(&user)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrUnauthenticated
 	}
@@ -125,6 +126,28 @@ func (s *Store) UserForAPIToken(ctx context.Context, token string) (string, erro
 		return "", fmt.Errorf("look up api token: %w", err)
 	}
 	return user, nil
+}
+
+// TouchAPITokens sets last_used_at of the API tokens whose hashes (as
+// HashToken makes them) are the keys of used, in one statement. It never
+// moves a time back, so managers flushing out of order agree; hashes of
+// tokens revoked meanwhile are ignored.
+func (s *Store) TouchAPITokens(ctx context.Context, used map[[sha256.Size]byte]time.Time) error {
+	if len(used) == 0 {
+		return nil
+	}
+	hashes := make([][]byte, 0, len(used))
+	times := make([]time.Time, 0, len(used))
+	for h, at := range used {
+		hashes = append(hashes, h[:])
+		times = append(times, at)
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE api_tokens t SET last_used_at = GREATEST(t.last_used_at, u.at)
+		FROM unnest($1::bytea[], $2::timestamptz[]) AS u(hash, at) WHERE t.token_hash = u.hash`, hashes, times)
+	if err != nil {
+		return fmt.Errorf("touch %d api tokens: %w", len(used), err)
+	}
+	return nil
 }
 
 // EnsureUser creates the user if it does not exist.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -20,9 +21,12 @@ import (
 // manager's loopback only (reach it with docker exec), never on a network.
 type Admin struct {
 	Manager *lifecycle.Manager
-	Store   *registry.Store
+	Store   AdminStore
 	// SpendLimits are the default limits a user's own limits replace.
 	SpendLimits spend.Limits
+	// Credentials is the public Server's cache, told of what an admin
+	// change ends (a new password ends the user's sessions).
+	Credentials *CredentialCache
 }
 
 // Handler returns the admin API.
@@ -139,7 +143,9 @@ func (a *Admin) Handler() http.Handler {
 			}
 			ttl = d
 		}
-		if err := a.Store.PutSession(r.Context(), user, tok, time.Now().Add(ttl)); err != nil {
+		err := a.Store.PutSession(r.Context(), user, tok, time.Now().Add(ttl))
+		a.Credentials.ForgetSession(tok) // the token may have been another user's, or had another expiry
+		if err != nil {
 			return err
 		}
 		writeJSON(w, map[string]string{"user": user, "token": tok})
@@ -169,10 +175,28 @@ func (a *Admin) Handler() http.Handler {
 			problem.Write(w, http.StatusBadRequest, "bad-hash", "hash must be an argon2id PHC string")
 			return nil
 		}
-		return a.Store.SetPassword(r.Context(), user, hash)
+		err := a.Store.SetPassword(r.Context(), user, hash)
+		a.Credentials.ForgetUser(user) // even on an error: the transaction may have committed
+		return err
 	}))
 	return mux
 }
+
+// AdminStore is the registry as the admin API changes it.
+type AdminStore interface {
+	CreateAPIToken(ctx context.Context, user string) (string, error)
+	SetSpendLimits(ctx context.Context, user string, daily, monthly *int64) error
+	Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
+	SetNotifyURL(ctx context.Context, user, url string) error
+	// PutSession stores token as user's session until expires, replacing
+	// whatever session had that token.
+	PutSession(ctx context.Context, user, token string, expires time.Time) error
+	CreateInvite(ctx context.Context, user string, ttl time.Duration) (string, error)
+	// SetPassword sets user's password hash and ends the user's sessions.
+	SetPassword(ctx context.Context, user, hash string) error
+}
+
+var _ AdminStore = (*registry.Store)(nil)
 
 func (a *Admin) withUser(fn func(http.ResponseWriter, *http.Request, string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -244,7 +244,9 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if session, _ := credentials(r); session != "" {
-		if err := s.Accounts.DeleteSession(r.Context(), session); err != nil {
+		err := s.Accounts.DeleteSession(r.Context(), session)
+		s.Credentials.ForgetSession(session)
+		if err != nil {
 			problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
 			return
 		}
@@ -387,6 +389,7 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request, what string, del
 		return
 	}
 	err = del(r.Context(), user, id)
+	s.Credentials.ForgetUser(user) // even on an error: the delete may have committed
 	switch {
 	case errors.Is(err, registry.ErrNotFound):
 		problem.Write(w, http.StatusNotFound, "unknown-"+what, fmt.Sprintf("no %s %d", what, id))

@@ -40,9 +40,10 @@ const SourceIPHeader = "X-Affido-Source-Ip"
 
 // Authenticator maps credentials to a user id. Both methods return
 // registry.ErrUnauthenticated for unknown or expired credentials and any
-// other error when the store cannot answer.
+// other error when the store cannot answer. UserForSession also says when
+// the session expires; UserForAPIToken only reads (TokenUse records the use).
 type Authenticator interface {
-	UserForSession(ctx context.Context, token string) (string, error)
+	UserForSession(ctx context.Context, token string) (user string, expires time.Time, err error)
 	UserForAPIToken(ctx context.Context, token string) (string, error)
 }
 
@@ -102,6 +103,11 @@ type Server struct {
 	Log            *slog.Logger
 	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
 	AuthTimeout time.Duration
+	// Credentials caches what Auth answers (AFFIDO_AUTH_CACHE_TTL); nil
+	// asks Auth every time. TokenUse records API token use for a batched
+	// write; nil records none.
+	Credentials *CredentialCache
+	TokenUse    *TokenUse
 	// NotifyQueueMax caps a user's pending notifications (default 100).
 	NotifyQueueMax int
 
@@ -116,8 +122,9 @@ type Server struct {
 	SessionTTL    time.Duration  // default DefaultSessionTTL
 	HashParams    account.Params // default account.DefaultParams
 
-	throttleOnce sync.Once
-	throttle     *authThrottle
+	throttleOnce     sync.Once
+	throttle         *authThrottle
+	resolveObservers sync.Map // result -> prometheus.Observer
 	signInState
 }
 
@@ -168,7 +175,7 @@ func (s *Server) Handler() http.Handler {
 		if s.Owners != nil {
 			s.ownerRoutes(mux)
 		}
-		(&web.Handler{Sessions: s.Auth, Cookie: SessionCookie, Log: s.Log}).Register(mux)
+		(&web.Handler{Sessions: webSessions{s}, Cookie: SessionCookie, Log: s.Log}).Register(mux)
 	} else {
 		mux.HandleFunc("GET /app/", s.app)
 	}
@@ -201,16 +208,55 @@ func credentials(r *http.Request) (session, bearer string) {
 	return session, bearer
 }
 
-// authenticate returns the user the request's credentials belong to.
-func (s *Server) authenticate(ctx context.Context, r *http.Request) (string, error) {
-	session, bearer := credentials(r)
-	if session == "" && bearer == "" {
-		return "", registry.ErrUnauthenticated
+// authenticate returns the user session or bearer (the request's
+// credentials) belongs to, from the cache or, within AuthTimeout, from Auth;
+// fresh skips the cache's answer.
+func (s *Server) authenticate(ctx context.Context, session, bearer string, fresh bool) (string, error) {
+	switch {
+	case bearer != "":
+		return s.userForAPIToken(ctx, bearer, fresh)
+	case session != "":
+		return s.userForSession(ctx, session, fresh)
 	}
-	if bearer != "" {
-		return s.Auth.UserForAPIToken(ctx, bearer)
+	return "", registry.ErrUnauthenticated
+}
+
+func (s *Server) userForSession(ctx context.Context, token string, fresh bool) (string, error) {
+	return s.Credentials.lookup(keyOf(sessionCred, token), fresh, func() (string, time.Time, error) {
+		ctx, cancel := s.authContext(ctx)
+		defer cancel()
+		return s.Auth.UserForSession(ctx, token)
+	})
+}
+
+func (s *Server) userForAPIToken(ctx context.Context, token string, fresh bool) (string, error) {
+	k := keyOf(apiTokenCred, token)
+	user, err := s.Credentials.lookup(k, fresh, func() (string, time.Time, error) {
+		ctx, cancel := s.authContext(ctx)
+		defer cancel()
+		user, err := s.Auth.UserForAPIToken(ctx, token)
+		return user, time.Time{}, err
+	})
+	if err == nil {
+		s.TokenUse.record(k.sum)
 	}
-	return s.Auth.UserForSession(ctx, session)
+	return user, err
+}
+
+// authContext bounds one credential lookup in the registry.
+func (s *Server) authContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := s.AuthTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// webSessions gives the web pages the cached session lookup.
+type webSessions struct{ s *Server }
+
+func (w webSessions) UserForSession(ctx context.Context, token string) (string, error) {
+	return w.s.userForSession(ctx, token, false)
 }
 
 // resolve is Caddy's forward_auth target. The user id comes only from the
@@ -219,22 +265,19 @@ func (s *Server) authenticate(ctx context.Context, r *http.Request) (string, err
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	result := "ok"
-	defer func() {
-		if s.Metrics != nil {
-			s.Metrics.Resolve.WithLabelValues(result).Observe(time.Since(start).Seconds())
-		}
-	}()
-	user := r.URL.Query().Get("user")
+	defer func() { s.observeResolve(result, time.Since(start)) }()
+	q := r.URL.Query()
+	user, path := q.Get("user"), q.Get("path")
 	if !provision.ValidUser(user) {
 		result = "bad_request"
 		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 		return
 	}
 	var ok bool
-	if _, result, ok = s.authorize(w, r, user, forwardedMethod(r), r.URL.Query().Get("path")); !ok {
+	if _, result, ok = s.authorize(w, r, user, forwardedMethod(r), path); !ok {
 		return
 	}
-	ep, err := s.Resolver.Resolve(r.Context(), user, sandboxapi.Activating(r.URL.Query().Get("path")))
+	ep, err := s.Resolver.Resolve(r.Context(), user, sandboxapi.Activating(path))
 	var queued *lifecycle.QueuedError
 	switch {
 	case errors.Is(err, lifecycle.ErrCapacity):
@@ -256,11 +299,29 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// observeResolve records one resolve's latency by result; the observer of
+// each result is looked up once.
+func (s *Server) observeResolve(result string, d time.Duration) {
+	if s.Metrics == nil {
+		return
+	}
+	o, ok := s.resolveObservers.Load(result)
+	if !ok {
+		o, _ = s.resolveObservers.LoadOrStore(result, s.Metrics.Resolve.WithLabelValues(result))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
+}
+
 // authorize authenticates r (the session cookie or an API token), for
 // user's resources or, with user "", anyone's. It applies the failed-auth
 // throttle and, to a write (method) authenticated by the cookie, the
 // cross-site rule; it answers every refusal itself. result names the
 // outcome for the resolve metric ("ok" when ok).
+//
+// Only forward_auth (user set) takes the credential cache's answer. The
+// account routes (user "") always ask Postgres: a credential revoked in
+// another manager, still cached here, must not mint a token or session
+// that outlives it, nor read or change the owner's settings.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, ok bool) {
 	src := sourceAddr(r)
 	if wait, blocked := s.authThrottle().blocked(src); blocked {
@@ -268,13 +329,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method,
 			"too many failed authentications from this address; try again later")
 		return "", "throttled", false
 	}
-	timeout := s.AuthTimeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	actx, cancel := context.WithTimeout(r.Context(), timeout)
-	owner, err := s.authenticate(actx, r)
-	cancel()
+	session, bearer := credentials(r)
+	owner, err := s.authenticate(r.Context(), session, bearer, user == "")
 	switch {
 	case errors.Is(err, registry.ErrUnauthenticated):
 		s.authThrottle().failed(src)
@@ -289,7 +345,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method,
 		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
 		return "", "forbidden", false
 	}
-	if session, bearer := credentials(r); bearer == "" && session != "" {
+	if bearer == "" {
 		if err := checkCookieWrite(r, method, path); err != nil {
 			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
 			return "", "cross_site", false

@@ -24,14 +24,14 @@ type fakeAuth struct {
 	err              error
 }
 
-func (f fakeAuth) UserForSession(_ context.Context, tok string) (string, error) {
+func (f fakeAuth) UserForSession(_ context.Context, tok string) (string, time.Time, error) {
 	if f.err != nil {
-		return "", f.err
+		return "", time.Time{}, f.err
 	}
 	if u, ok := f.sessions[tok]; ok {
-		return u, nil
+		return u, time.Now().Add(time.Hour), nil
 	}
-	return "", registry.ErrUnauthenticated
+	return "", time.Time{}, registry.ErrUnauthenticated
 }
 
 func (f fakeAuth) UserForAPIToken(_ context.Context, tok string) (string, error) {
