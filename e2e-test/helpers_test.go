@@ -6,6 +6,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -200,8 +201,15 @@ func inAgentAs(t *testing.T, user, tok, as string, args ...string) (string, erro
 		if containerStatus(user) != "running" {
 			request(t, "GET", "/u/"+user+"/health", bearer(tok))
 		}
-		out, err := dockerTry(append([]string{"exec", "-u", as, name}, args...)...)
-		if err == nil || containerStatus(user) == "running" || time.Now().After(deadline) {
+		// An exec is no request: the idle tier may pause the container under
+		// it, which freezes the exec too. One that does not end in 20 s is
+		// given up and tried again on a woken container.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		b, err := exec.CommandContext(ctx, "docker", append([]string{"exec", "-u", as, name}, args...)...).CombinedOutput()
+		frozen := ctx.Err() != nil
+		cancel()
+		out := string(b)
+		if !frozen && (err == nil || containerStatus(user) == "running") || time.Now().After(deadline) {
 			return out, err
 		}
 	}

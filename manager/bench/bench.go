@@ -37,6 +37,7 @@ type Config struct {
 	Warm        int    // sequential warm requests per path
 	Concurrency int    // concurrent warm requests for the throughput figure
 	Prompts     int    // prompt round trips per kind
+	Density     int    // with N > 0, also bring the stack to N sandboxes at rest and measure it
 	Out         string // JSON output file
 	Log         io.Writer
 }
@@ -119,6 +120,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Result, error) {
 		{"from the pool", r.fromPool},
 		{"prompt", r.prompts},
 		{"density", r.density},
+		{"density at N", r.densityAt},
 	}
 	for _, st := range steps {
 		start := time.Now()
@@ -508,18 +510,7 @@ func (r *runner) prompts(ctx context.Context) error {
 }
 
 func (r *runner) density(ctx context.Context) error {
-	mem := func(name string) (float64, error) {
-		st, err := r.cli.ContainerStats(ctx, name, client.ContainerStatsOptions{Stream: false})
-		if err != nil {
-			return 0, err
-		}
-		defer st.Body.Close()
-		var s container.StatsResponse
-		if err := json.NewDecoder(st.Body).Decode(&s); err != nil {
-			return 0, err
-		}
-		return float64(s.MemoryStats.Usage) / (1 << 20), nil
-	}
+	mem := func(name string) (float64, error) { return r.memory(ctx, name) }
 	// Pause every bench sandbox first: density is about sandboxes at rest.
 	var agents []float64
 	for _, u := range r.users {

@@ -32,11 +32,12 @@ func benchCmd() *cobra.Command {
 	f.StringVar(&cfg.Stack, "stack", envOr("AFFIDO_STACK", "affido"), "the stack's AFFIDO_STACK")
 	f.StringVar(&cfg.Image, "image", "affido/agent:dev", "the agent image (for the floor)")
 	f.IntVar(&cfg.Users, "users", 10, "cold provisions and resumes")
-	f.IntVar(&cfg.Burst, "burst", 10, "new users at once")
+	f.IntVar(&cfg.Burst, "burst", 20, "new users at once (with the pool empty, and full)")
 	f.IntVar(&cfg.SameUser, "same-user", 50, "concurrent first requests for one user")
 	f.IntVar(&cfg.Warm, "warm", 300, "sequential warm requests per path")
 	f.IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent warm requests for requests/s")
 	f.IntVar(&cfg.Prompts, "prompts", 30, "prompt round trips per kind")
+	f.IntVar(&cfg.Density, "density", 0, "also bring the stack to N sandboxes at rest and measure memory, resume and networks there (slow: run once)")
 	f.StringVar(&cfg.Out, "out", "", "JSON output (default bench-results/bench-<time>.json)")
 	return cmd
 }
