@@ -201,13 +201,32 @@ func inAgentAs(t *testing.T, user, tok, as string, args ...string) (string, erro
 		if containerStatus(user) != "running" {
 			request(t, "GET", "/u/"+user+"/health", bearer(tok))
 		}
-		// An exec is no request: the idle tier may pause the container under
-		// it, which freezes the exec too. One that does not end in 20 s is
-		// given up and tried again on a woken container.
+		// An exec is no request: the idle tier (3 s here) would pause the
+		// container under it and freeze the exec with it, which can wedge the
+		// engine's operations on that container (seen on fuse-overlayfs with
+		// cgroup v1). So activating requests keep the sandbox up while the
+		// exec runs; one that does not end in 20 s is given up and tried again.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		awake := make(chan struct{})
+		go func() {
+			defer close(awake)
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", baseURL+"/u/"+user+"/session", nil)
+				req.Header.Set("Authorization", "Bearer "+tok)
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
 		b, err := exec.CommandContext(ctx, "docker", append([]string{"exec", "-u", as, name}, args...)...).CombinedOutput()
 		frozen := ctx.Err() != nil
 		cancel()
+		<-awake
 		out := string(b)
 		if !frozen && (err == nil || containerStatus(user) == "running") || time.Now().After(deadline) {
 			return out, err
