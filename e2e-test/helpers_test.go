@@ -211,7 +211,7 @@ func inAgentAs(t *testing.T, user, tok, as string, args ...string) (string, erro
 		go func() {
 			defer close(awake)
 			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, "GET", baseURL+"/u/"+user+"/session", nil)
+				req, _ := http.NewRequestWithContext(ctx, "GET", baseURL+"/u/"+user+"/files", nil) // activating, opens no storage
 				req.Header.Set("Authorization", "Bearer "+tok)
 				if resp, err := client.Do(req); err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
@@ -262,7 +262,7 @@ func keepAwake(t *testing.T, user, tok string) {
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/session", nil)
+			req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/files", nil) // activating, opens no storage
 			req.Header.Set("Authorization", "Bearer "+tok)
 			if resp, err := client.Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
