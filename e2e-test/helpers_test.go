@@ -262,7 +262,7 @@ func keepAwake(t *testing.T, user, tok string) {
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/files", nil) // activating, opens no storage
+			req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/session", nil)
 			req.Header.Set("Authorization", "Bearer "+tok)
 			if resp, err := client.Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
