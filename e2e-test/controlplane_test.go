@@ -246,29 +246,7 @@ func TestManagerKilledMidProvision(t *testing.T) {
 	for i, delay := range []time.Duration{30 * time.Millisecond, 120 * time.Millisecond, time.Duration(rand.IntN(250)) * time.Millisecond} {
 		t.Run(fmt.Sprintf("kill after %v", delay), func(t *testing.T) {
 			user, tok := newUser(t, fmt.Sprintf("kill%d", i))
-			done := make(chan int, 1)
-			go func() {
-				req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/health", nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				if r, err := client.Do(req); err == nil {
-					r.Body.Close()
-					done <- r.StatusCode
-				} else {
-					done <- 0
-				}
-			}()
-			time.Sleep(delay) // the kill point under test, not a wait for anything
-			killManager(t)
-			<-done
-			docker(t, "start", managerName())
-			waitManagerHealthy(t)
-			var r response
-			// Caddy may still hold a dead connection for a moment.
-			waitUntil(t, 30*time.Second, "a 200 after the restart", func() bool {
-				r = request(t, "GET", "/u/"+user+"/status", bearer(tok))
-				return r.Code == 200
-			})
-			if statusUser(t, r) != user {
+			if r := killManagerDuringFirstRequest(t, user, tok, delay); statusUser(t, r) != user {
 				t.Fatalf("after restart: %d %s", r.Code, r.Body)
 			}
 			if c, n, v := objects(t, user); c != 1 || n != 1 || v != 2 {
@@ -276,6 +254,33 @@ func TestManagerKilledMidProvision(t *testing.T) {
 			}
 		})
 	}
+}
+
+// killManagerDuringFirstRequest sends user's first request, SIGKILLs the
+// manager delay later, starts it again and returns the first 200 after.
+func killManagerDuringFirstRequest(t *testing.T, user, tok string, delay time.Duration) response {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/status", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if r, err := client.Do(req); err == nil {
+			r.Body.Close()
+		}
+	}()
+	time.Sleep(delay) // the kill point under test, not a wait for anything
+	killManager(t)
+	<-done
+	docker(t, "start", managerName())
+	waitManagerHealthy(t)
+	var r response
+	// Caddy may still hold a dead connection for a moment.
+	waitUntil(t, 30*time.Second, "a 200 after the restart", func() bool {
+		r = request(t, "GET", "/u/"+user+"/status", bearer(tok))
+		return r.Code == 200
+	})
+	return r
 }
 
 func TestPostgresDown(t *testing.T) {

@@ -140,12 +140,19 @@ func waitStatus(t *testing.T, user, want string, within time.Duration) {
 	t.Fatalf("container of %s: status %q after %v, want %q", user, containerStatus(user), within, want)
 }
 
-// objects counts the labelled containers, networks and volumes of user.
+// objects counts the labelled containers, networks and volumes of user's
+// sandbox made for them (labelled with the user).
 func objects(t *testing.T, user string) (containers, networks, volumes int) {
 	t.Helper()
-	f := "label=affido.user=" + user
+	return objectsLabelled(t, "affido.user="+user)
+}
+
+// objectsLabelled counts the stack's containers, networks and volumes that
+// carry label (k=v).
+func objectsLabelled(t *testing.T, label string) (containers, networks, volumes int) {
+	t.Helper()
 	count := func(args ...string) int {
-		out := strings.TrimSpace(docker(t, append(args, "--filter", f, "--filter", "label=affido.stack="+stack)...))
+		out := strings.TrimSpace(docker(t, append(args, "--filter", "label="+label, "--filter", "label=affido.stack="+stack)...))
 		if out == "" {
 			return 0
 		}
@@ -349,15 +356,7 @@ func sandboxName(t *testing.T, user string) string {
 // objectsOf counts the stack's objects labelled for sandbox name.
 func objectsOf(t *testing.T, name string) (containers, networks, volumes int) {
 	t.Helper()
-	f := "label=affido.sandbox=" + name
-	count := func(args ...string) int {
-		out := strings.TrimSpace(docker(t, append(args, "--filter", f, "--filter", "label=affido.stack="+stack)...))
-		if out == "" {
-			return 0
-		}
-		return len(strings.Split(out, "\n"))
-	}
-	return count("ps", "-aq"), count("network", "ls", "-q"), count("volume", "ls", "-q")
+	return objectsLabelled(t, "affido.sandbox="+name)
 }
 
 // granted remembers the rules grant added, so each is added once.

@@ -176,26 +176,7 @@ func TestManagerKilledMidClaim(t *testing.T) {
 		t.Run(fmt.Sprintf("kill after %v", delay), func(t *testing.T) {
 			waitUntil(t, 2*time.Minute, "a ready pool sandbox", func() bool { return poolReady(t) >= 1 })
 			user, tok := newUser(t, fmt.Sprintf("kclaim%d", i))
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				req, _ := http.NewRequest("GET", baseURL+"/u/"+user+"/status", nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				if r, err := client.Do(req); err == nil {
-					r.Body.Close()
-				}
-			}()
-			time.Sleep(delay) // the kill point under test, not a wait for anything
-			killManager(t)
-			<-done
-			docker(t, "start", managerName())
-			waitManagerHealthy(t)
-			var r response
-			waitUntil(t, 30*time.Second, "a 200 after the restart", func() bool {
-				r = request(t, "GET", "/u/"+user+"/status", bearer(tok))
-				return r.Code == 200
-			})
-			if statusUser(t, r) != user {
+			if r := killManagerDuringFirstRequest(t, user, tok, delay); statusUser(t, r) != user {
 				t.Fatalf("after restart the agent says it is %q's", statusUser(t, r))
 			}
 			name := sandboxName(t, user)
