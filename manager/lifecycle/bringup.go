@@ -22,7 +22,7 @@ var errNeedSlot = errors.New("bring-up needs an admission slot")
 // Caller holds b.op.
 func (m *Manager) bringUp(ctx context.Context, b *box, f *flight) (netip.AddrPort, error) {
 	m.mu.Lock()
-	if b.state == Running && !b.dirty && b.endpoint.IsValid() { // a bring-up just before this one did it
+	if b.servingLocked() { // a bring-up just before this one did it
 		ep := b.endpoint
 		m.mu.Unlock()
 		return ep, nil
@@ -139,7 +139,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
 	}
-	if err := m.bind(ctx, b, &row, ep, h.Claimed, h.User); err != nil {
+	if err := m.bind(ctx, b, &row, ep, h.Claimed, h.User, slot); err != nil {
 		return netip.AddrPort{}, err
 	}
 	row.State, row.ContainerID, row.Endpoint = registry.StateRunning, c.ID, ep.String()
@@ -151,6 +151,9 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 		return netip.AddrPort{}, err
 	}
 	m.setState(b, Running, ep)
+	m.mu.Lock()
+	b.verified = true
+	m.mu.Unlock()
 	if tier != "" {
 		m.audit(b.user, "sandbox."+map[string]string{"paused": "unpaused", "stopped": "started"}[tier], nil)
 	}

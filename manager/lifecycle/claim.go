@@ -38,13 +38,32 @@ func (m *Manager) claim(ctx context.Context, b *box) (registry.Sandbox, error) {
 // user id and a fresh gateway token over the control path, the token's
 // hash stored first, so a crash in between only means binding again. An
 // agent bound to someone else is never rebound: ErrClaimedByOther.
-func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep netip.AddrPort, claimed bool, owner string) error {
+//
+// The token's write and the claim run under the user's registry lock
+// (locked: the caller holds it already), so two managers binding one
+// sandbox cannot leave the agent and the registry with different tokens.
+func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep netip.AddrPort, claimed bool, owner string, locked bool) error {
 	if claimed && owner == b.user {
 		return nil
 	}
 	if claimed {
 		m.audit(b.user, "sandbox.refused", map[string]any{"sandbox": row.Name, "reason": "its agent belongs to another user"})
 		return fmt.Errorf("sandbox %s: %w", row.Name, ErrClaimedByOther)
+	}
+	if !locked {
+		unlock, err := m.reg.LockUser(ctx, b.user)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		if h, err := m.agent.Health(ctx, ep); err == nil && h.Claimed { // another manager bound it meanwhile
+			fresh, err := m.reg.Sandbox(ctx, b.user)
+			if err != nil {
+				return err
+			}
+			row.TokenHash = fresh.TokenHash // its token, not a stale one
+			return m.bind(ctx, b, row, ep, true, h.User, true)
+		}
 	}
 	token := registry.NewToken()
 	row.TokenHash = registry.HashToken(token)

@@ -88,6 +88,9 @@ func (c *Config) defaults() {
 	if c.Admission <= 0 {
 		c.Admission = 4
 	}
+	// A heavy bring-up holds a registry connection (the user's lock) while
+	// it makes more registry calls: stay well below the registry's pool.
+	c.Admission = min(c.Admission, 16)
 }
 
 // Manager owns the sandboxes of one stack.
@@ -117,10 +120,14 @@ type Manager struct {
 type box struct {
 	op sync.Mutex
 
-	user        string
-	name        string // the sandbox name the registry records; "" until read
-	state       State
-	dirty       bool // an engine event arrived; check the engine before trusting state
+	user  string
+	name  string // the sandbox name the registry records; "" until read
+	state State
+	dirty bool // an engine event arrived; check the engine before trusting state
+	// verified is set when a bring-up saw the agent answer, bound to this
+	// user; any other change of state clears it. Requests take the fast
+	// path only to a verified sandbox.
+	verified    bool
 	endpoint    netip.AddrPort
 	subnet      netip.Prefix
 	lastActive  time.Time // last activating request: the idle tiers count from it
@@ -182,13 +189,20 @@ func (m *Manager) pickSubnet(used []netip.Prefix) (netip.Prefix, error) {
 	return subnet.Allocate(m.cfg.Subnets, m.cfg.SubnetBits, used)
 }
 
+// setState records what the engine says of b; it is no longer verified.
 func (m *Manager) setState(b *box, state State, ep netip.AddrPort) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b.state, b.dirty = state, false
+	b.state, b.dirty, b.verified = state, false, false
 	if ep.IsValid() || state != Running {
 		b.endpoint = ep
 	}
+}
+
+// servingLocked reports whether requests may go straight to b's endpoint.
+// Caller holds m.mu.
+func (b *box) servingLocked() bool {
+	return b.state == Running && b.verified && !b.dirty && b.endpoint.IsValid()
 }
 
 // setStopping marks that the manager itself is taking b's container down.

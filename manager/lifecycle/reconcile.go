@@ -21,11 +21,14 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rows, err := m.reg.Sandboxes(ctx)
+	// The pool first: a claim moves a row from the pool to the users', so
+	// one of the two reads sees every sandbox, and none is taken for an
+	// orphan while it is claimed.
+	pools, err := m.reg.PoolSandboxes(ctx)
 	if err != nil {
 		return err
 	}
-	pools, err := m.reg.PoolSandboxes(ctx)
+	rows, err := m.reg.Sandboxes(ctx)
 	if err != nil {
 		return err
 	}
@@ -39,25 +42,35 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		known[r.Name] = true
 		m.adopt(ctx, r, inv, joined)
 	}
+	// The ready pool is what the registry holds now (another manager may
+	// have claimed some), plus what this manager is building.
+	ready := map[string]*poolBox{}
 	var retire []string
 	for _, p := range pools {
-		known[p.Name] = true
 		m.mu.Lock()
 		pb := m.pool[p.Name]
 		building := pb != nil && pb.building
 		m.mu.Unlock()
-		if building {
+		if known[p.Name] || building { // claimed between the two reads (a user's now), or being built
+			known[p.Name] = true
 			continue
 		}
+		known[p.Name] = true
 		cs := inv.Containers[p.Name]
 		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && cs[0].Status == "paused" {
-			m.mu.Lock()
-			m.pool[p.Name] = &poolBox{name: p.Name}
-			m.mu.Unlock()
+			ready[p.Name] = &poolBox{name: p.Name}
 			continue
 		}
 		retire = append(retire, p.Name)
 	}
+	m.mu.Lock()
+	for name, pb := range m.pool {
+		if pb.building {
+			ready[name] = pb
+		}
+	}
+	m.pool = ready
+	m.mu.Unlock()
 	for _, name := range retire {
 		m.retirePool(ctx, name)
 	}
@@ -82,9 +95,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		m.log.Warn("reconcile: labelled objects without a registry row (remove with affido admin reset USER)", "count", unknown)
 	}
 	m.mu.Lock()
-	ready := m.readyPoolLocked()
+	nready := m.readyPoolLocked()
 	m.mu.Unlock()
-	m.log.Info("reconciled", "sandboxes", len(rows), "pool_ready", ready, "pool_retired", len(retire), "unknown_objects", unknown)
+	m.log.Info("reconciled", "sandboxes", len(rows), "pool_ready", nready, "pool_retired", len(retire), "unknown_objects", unknown)
 	m.kickPool()
 	return nil
 }
@@ -115,7 +128,7 @@ func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv provision.I
 			b.lastActive = m.now()
 		}
 	}
-	b.state, b.dirty = state, false
+	b.state, b.dirty, b.verified = state, false, false
 	b.endpoint = netip.AddrPort{}
 	if state == Running {
 		b.endpoint = netip.AddrPortFrom(provision.SandboxIP(r.Subnet), 8080)

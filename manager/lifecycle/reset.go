@@ -23,6 +23,7 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 		return err
 	}
 	m.setStopping(b, true)
+	defer m.setStopping(b, false)
 	if err := m.eng.RemoveAll(ctx, m.names(name)); err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func (m *Manager) Resolve(ctx context.Context, user string, activating bool) (ne
 	if activating {
 		b.lastActive = now
 	}
-	if b.state == Running && !b.dirty && b.endpoint.IsValid() {
+	if b.servingLocked() {
 		ep := b.endpoint
 		m.mu.Unlock()
 		return ep, nil
@@ -64,8 +64,9 @@ func (m *Manager) flightLocked(b *box) *flight {
 	}
 	f := &flight{done: make(chan struct{})}
 	b.flight = f
+	base := m.base
 	go func() {
-		ctx, cancel := context.WithTimeout(m.base, m.cfg.BringUpTimeout)
+		ctx, cancel := context.WithTimeout(base, m.cfg.BringUpTimeout)
 		defer cancel()
 		b.op.Lock()
 		ep, err := m.bringUp(ctx, b, f)

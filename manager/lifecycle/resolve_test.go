@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -116,5 +117,26 @@ func TestAgentOfAnotherUserIsRefused(t *testing.T) {
 	}
 	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
 		t.Fatalf("agent now bound to %q", got)
+	}
+}
+
+// A sandbox the engine says runs is not trusted until a bring-up has seen
+// its agent bound to the user: after an engine event, a request checks
+// again and is refused if the agent is someone else's now.
+func TestEngineStateIsNotTrustedUnverified(t *testing.T) {
+	r := newRig(t, Config{})
+	ep := r.mustResolve("alice")
+	r.agents.mu.Lock()
+	r.agents.owner[ep.Addr()] = "mallory" // what a swapped container would say
+	r.agents.mu.Unlock()
+	r.m.mu.Lock()
+	r.m.boxes["alice"].dirty = true // an engine event
+	r.m.mu.Unlock()
+	b := r.m.box("alice")
+	b.op.Lock()
+	r.m.refresh(context.Background(), b) // the scan reads the engine: running
+	b.op.Unlock()
+	if _, err := r.resolve("alice"); !errors.Is(err, ErrClaimedByOther) {
+		t.Fatalf("resolve after a refresh = %v, want ErrClaimedByOther", err)
 	}
 }

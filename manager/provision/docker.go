@@ -105,7 +105,7 @@ func (d *Docker) Inspect(ctx context.Context, n Names) (Container, error) {
 		return Container{}, fmt.Errorf("inspect container %s: %w", n.Container(), err)
 	}
 	c := res.Container
-	if c.Config == nil || c.Config.Labels[LabelStack] != n.Stack || c.Config.Labels[LabelSandbox] != n.Sandbox {
+	if c.Config == nil || c.Config.Labels[LabelStack] != n.Stack || sandboxOf(c.Config.Labels) != n.Sandbox {
 		return Container{}, fmt.Errorf("inspect container %s: exists but is not labelled for %s/%s", n.Container(), n.Stack, n.Sandbox)
 	}
 	out := Container{ID: c.ID, Sandbox: n.Sandbox}
@@ -145,18 +145,34 @@ func (d *Docker) EnsureNetwork(ctx context.Context, n Names, subnet netip.Prefix
 }
 
 func (d *Docker) findNetwork(ctx context.Context, n Names) (string, error) {
-	res, err := d.cli.NetworkList(ctx, client.NetworkListOptions{
-		Filters: make(client.Filters).Add("label", LabelStack+"="+n.Stack).Add("label", LabelSandbox+"="+n.Sandbox),
-	})
-	if err != nil {
-		return "", fmt.Errorf("list networks of %s: %w", n.Sandbox, err)
+	labels := []string{LabelSandbox}
+	if !n.Pool() {
+		labels = append(labels, LabelUser) // made before sandboxes had names of their own
 	}
-	for _, nw := range res.Items {
-		if nw.Name == n.Network() { // the name filter matches substrings, so compare exactly
-			return nw.ID, nil
+	for _, l := range labels {
+		res, err := d.cli.NetworkList(ctx, client.NetworkListOptions{
+			Filters: make(client.Filters).Add("label", LabelStack+"="+n.Stack).Add("label", l+"="+n.Sandbox),
+		})
+		if err != nil {
+			return "", fmt.Errorf("list networks of %s: %w", n.Sandbox, err)
+		}
+		for _, nw := range res.Items {
+			if nw.Name == n.Network() { // the name filter matches substrings, so compare exactly
+				return nw.ID, nil
+			}
 		}
 	}
 	return "", ErrNotFound
+}
+
+// sandboxOf is the sandbox an object belongs to by its labels. Objects
+// made before sandboxes had names of their own carry only the user, which
+// was their name.
+func sandboxOf(labels map[string]string) string {
+	if s := labels[LabelSandbox]; s != "" {
+		return s
+	}
+	return labels[LabelUser]
 }
 
 // EnsureVolumes creates the session and workspace volumes; creating an
@@ -370,7 +386,7 @@ func (d *Docker) List(ctx context.Context) (Inventory, error) {
 		return inv, fmt.Errorf("list containers: %w", err)
 	}
 	for _, c := range cs.Items {
-		u := c.Labels[LabelSandbox]
+		u := sandboxOf(c.Labels)
 		inv.Containers[u] = append(inv.Containers[u], Container{ID: c.ID, Sandbox: u, Status: string(c.State)})
 	}
 	ns, err := d.cli.NetworkList(ctx, client.NetworkListOptions{Filters: f})
@@ -378,7 +394,7 @@ func (d *Docker) List(ctx context.Context) (Inventory, error) {
 		return inv, fmt.Errorf("list networks: %w", err)
 	}
 	for _, nw := range ns.Items {
-		u := nw.Labels[LabelSandbox]
+		u := sandboxOf(nw.Labels)
 		inv.Networks[u] = append(inv.Networks[u], nw.Name)
 	}
 	vs, err := d.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
@@ -386,7 +402,7 @@ func (d *Docker) List(ctx context.Context) (Inventory, error) {
 		return inv, fmt.Errorf("list volumes: %w", err)
 	}
 	for _, v := range vs.Items {
-		u := v.Labels[LabelSandbox]
+		u := sandboxOf(v.Labels)
 		inv.Volumes[u] = append(inv.Volumes[u], v.Name)
 	}
 	return inv, nil
@@ -412,7 +428,7 @@ func (d *Docker) Events(ctx context.Context) (<-chan Event, <-chan error) {
 		for {
 			select {
 			case m := <-res.Messages:
-				ev := Event{Sandbox: m.Actor.Attributes[LabelSandbox], Name: m.Actor.Attributes["name"], Action: string(m.Action)}
+				ev := Event{Sandbox: sandboxOf(m.Actor.Attributes), Name: m.Actor.Attributes["name"], Action: string(m.Action)}
 				select {
 				case out <- ev:
 				case <-ctx.Done():
