@@ -94,8 +94,15 @@ func TestBurstOfNewUsers(t *testing.T) {
 				if full != strings.HasPrefix(name, "pool.") {
 					t.Errorf("%s's sandbox is %q (pool full: %v)", u, name, full)
 				}
-				if o := objs[name]; o != [3]int{1, 1, 2} {
-					t.Errorf("%s: %d containers, %d networks, %d volumes; want 1, 1, 2", u, o[0], o[1], o[2])
+				// On a busy machine the idle tiers may have removed an early
+				// container already (its network and volumes stay): the
+				// audit trail says how many were made.
+				if o := objs[name]; o[0] > 1 || o[1] != 1 || o[2] != 2 {
+					t.Errorf("%s: %d containers, %d networks, %d volumes; want 1 (or 0, removed idle), 1, 2", u, o[0], o[1], o[2])
+				}
+				created := psql(t, "SELECT count(*) FROM audit_events WHERE user_id = '"+u+"' AND kind = 'sandbox.created'")
+				if want := map[bool]string{false: "1", true: "0"}[full]; created != want {
+					t.Errorf("%s: %s containers created, want %s (pool full: %v)", u, created, want, full)
 				}
 			}
 			t.Logf("burst of 20 new users (pool full: %v): all answered in %v", full, took.Round(time.Millisecond))
