@@ -68,7 +68,7 @@ func (generation) Step(ctx context.Context, sc *StepContext, t Task) (StepResult
 		if err != nil {
 			return StepResult{}, err
 		}
-		entries := []Entry{{ID: id, ConversationID: t.ConversationID, Kind: OwnerMessage, Text: sub.Input.Text, At: sub.CreatedAt, RunID: t.ID}}
+		entries := []Entry{placed(id, t, sub)}
 		if sub.Input.Hint != "" {
 			hid, err := h.store.MintID()
 			if err != nil {
@@ -85,6 +85,17 @@ func (generation) Step(ctx context.Context, sc *StepContext, t Task) (StepResult
 		return h.runCall(ctx, sc, t, cp)
 	}
 	return StepResult{}, fmt.Errorf("unknown phase %q", cp.Phase)
+}
+
+// placed is the entry a submission's text becomes: the owner's message, or
+// outside text when another agent sent it.
+func placed(id int64, t Task, sub Submission) Entry {
+	e := Entry{ID: id, ConversationID: t.ConversationID, Kind: OwnerMessage, Text: sub.Input.Text, At: sub.CreatedAt, RunID: t.ID}
+	if sub.Input.From != "" {
+		e.Kind = OutsideText
+		e.Data = mustRaw(map[string]any{"source": "agent " + sub.Input.From, "from_agent": sub.Input.From, "hops": sub.Input.Hops})
+	}
+	return e
 }
 
 // fail ends the run: an error entry, the task failed, the submission unanswered.
@@ -356,6 +367,17 @@ func (h *Harness) summaryTask(ctx context.Context, conv int64) (*Task, error) {
 		Checkpoint: mustRaw(summaryCheckpoint{}), CreatedAt: h.Now()}, nil
 }
 
+// summaryData is a summary entry's record: which entries it replaced in the
+// model's context (they stay in the store and the trace) and whether it was
+// written from outside text.
+type summaryData struct {
+	OutsideText   bool  `json:"outside_text,omitempty"`
+	Replaced      int   `json:"replaced"`       // entries the summary stands in for
+	FirstReplaced int64 `json:"first_replaced"` // the first of them
+	LastReplaced  int64 `json:"last_replaced"`  // the last; the context resumes at Head
+	TokensBefore  int   `json:"tokens_before"`  // the context's estimated size when summarized
+}
+
 type summaryCheckpoint struct {
 	Attempt int `json:"attempt,omitempty"`
 }
@@ -418,8 +440,8 @@ func (summary) Step(ctx context.Context, sc *StepContext, t Task) (StepResult, e
 	for _, e := range c.Entries[:cut] {
 		tainted = tainted || e.Kind == OutsideText
 	}
-	if tainted {
-		entry.Data = mustRaw(map[string]bool{"outside_text": true})
-	}
+	// The trace shows where the summary stands in for older entries.
+	entry.Data = mustRaw(summaryData{OutsideText: tainted, Replaced: cut, FirstReplaced: c.Entries[0].ID,
+		LastReplaced: c.Entries[cut-1].ID, TokensBefore: c.Tokens})
 	return StepResult{Task: t.end(h.Now(), Completed, ""), Entries: []Entry{entry}, Usage: modelUsage(t.ConversationID, resp)}, nil
 }

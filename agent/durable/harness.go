@@ -518,18 +518,10 @@ func (h *Harness) Submit(ctx context.Context, conv int64, in Input) (Submission,
 	if _, err := h.store.Conversation(ctx, conv); err != nil {
 		return Submission{}, fmt.Errorf("conversation %d: %w", conv, err)
 	}
-	subID, err := h.store.MintID()
+	sub, task, err := h.NewSubmission(conv, in)
 	if err != nil {
 		return Submission{}, err
 	}
-	taskID, err := h.store.MintID()
-	if err != nil {
-		return Submission{}, err
-	}
-	now := h.Now()
-	sub := Submission{ID: subID, ConversationID: conv, RequestID: in.RequestID, Status: Queued, Input: in, TaskID: taskID, CreatedAt: now}
-	task := Task{ID: taskID, ConversationID: conv, Kind: KindGeneration, Version: 1, State: Pending,
-		Checkpoint: mustRaw(genCheckpoint{Phase: phasePlace}), SubmissionID: subID, CreatedAt: now}
 	if err := h.store.Commit(ctx, Writes{Submissions: []Submission{sub}, Tasks: []Task{task}}); err != nil {
 		if in.RequestID != "" { // a concurrent Submit with the same requestId won
 			if existing, e2 := h.store.SubmissionByRequest(ctx, conv, in.RequestID); e2 == nil {
@@ -541,6 +533,25 @@ func (h *Harness) Submit(ctx context.Context, conv int64, in Input) (Submission,
 	h.poke()
 	h.notify()
 	return sub, nil
+}
+
+// NewSubmission returns a submission of in to conv and the generation task
+// that answers it, for the caller to commit together (a scheduled job's run
+// commits them with the job's next deadline). Submit does both.
+func (h *Harness) NewSubmission(conv int64, in Input) (Submission, Task, error) {
+	subID, err := h.store.MintID()
+	if err != nil {
+		return Submission{}, Task{}, err
+	}
+	taskID, err := h.store.MintID()
+	if err != nil {
+		return Submission{}, Task{}, err
+	}
+	now := h.Now()
+	sub := Submission{ID: subID, ConversationID: conv, RequestID: in.RequestID, Status: Queued, Input: in, TaskID: taskID, CreatedAt: now}
+	task := Task{ID: taskID, ConversationID: conv, Kind: KindGeneration, Version: 1, State: Pending,
+		Checkpoint: mustRaw(genCheckpoint{Phase: phasePlace}), SubmissionID: subID, CreatedAt: now}
+	return sub, task, nil
 }
 
 // AddTask stores a new task (for example a reminder) and schedules it.

@@ -35,6 +35,8 @@ const (
 	ApprovalEntry    EntryKind = "approval"          // a tool call waiting for the owner (Data: the Approval)
 	DecisionEntry    EntryKind = "approval_decision" // the owner's decision on an approval (Data: the Decision)
 	PolicyEntry      EntryKind = "policy"            // a change of the owner's rules, for the trace
+	JobRunEntry      EntryKind = "job_run"           // a scheduled job ran (Data: due, fired, lateness, missed times)
+	AgentEntry       EntryKind = "agent"             // a named agent was created, changed or deleted, for the trace
 )
 
 // ToolCall is one call the model asked for.
@@ -122,6 +124,13 @@ type Input struct {
 	Model     string            `json:"model,omitempty"`
 	Options   map[string]string `json:"options,omitempty"` // per-prompt settings, e.g. citations
 	Hint      string            `json:"hint,omitempty"`    // server-built note placed right after the message
+	// From names the agent that sent this input (send_message, delegate):
+	// it is placed as outside text, never as the owner's words. Empty for
+	// the owner.
+	From string `json:"from,omitempty"`
+	// Hops counts the messages in the chain that led here: 1 for a message
+	// an agent sent on the owner's behalf, one more for each forward.
+	Hops int `json:"hops,omitempty"`
 }
 
 // Submission is one admitted input and what became of it.

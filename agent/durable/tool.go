@@ -19,7 +19,10 @@ type Tool struct {
 	// (reading the workspace, searching the corpus): a policy may let them
 	// run while outside text is in the context.
 	ReadOnly bool
-	Execute  func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
+	// AlwaysAsk tools ask the owner on every call: no rule can allow them
+	// (creating a scheduled job from a tool, for example).
+	AlwaysAsk bool
+	Execute   func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
 }
 
 // ToolCallContext tells a tool where it runs.

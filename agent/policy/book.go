@@ -21,6 +21,10 @@ const rulesKey = "policy.rules"
 type Book struct {
 	// Tools are the tools rules may name (the harness's tools).
 	Tools []durable.Tool
+	// HoldsNoOwnerData turns the outside-text rule off: an agent that holds
+	// none of the owner's data (the worker) has nothing a page could make it
+	// leak, and reading pages is its job. Its rules alone decide.
+	HoldsNoOwnerData bool
 
 	mu sync.Mutex
 }
@@ -28,12 +32,32 @@ type Book struct {
 var _ durable.Policy = (*Book)(nil)
 
 func (b *Book) known(name string) bool {
+	_, ok := b.tool(name)
+	return ok
+}
+
+func (b *Book) tool(name string) (durable.Tool, bool) {
 	for _, t := range b.Tools {
 		if t.Name == name {
-			return true
+			return t, true
 		}
 	}
-	return false
+	return durable.Tool{}, false
+}
+
+// alwaysAsks reports whether no rule may allow the tool.
+func (b *Book) alwaysAsks(name string) bool {
+	t, _ := b.tool(name)
+	return t.AlwaysAsk
+}
+
+// Proposal is the rule "allow always" would add for a, or ErrNoProposal:
+// Proposed, except for tools that always ask.
+func (b *Book) Proposal(a durable.Approval) (Rule, error) {
+	if b.alwaysAsks(a.Tool) {
+		return Rule{}, fmt.Errorf("%w: %s always asks the owner", ErrNoProposal, a.Tool)
+	}
+	return Proposed(a)
 }
 
 // Rules returns the rules, oldest first.
@@ -104,6 +128,9 @@ func (b *Book) addWrites(ctx context.Context, h *durable.Harness, conv int64, r 
 	if err != nil {
 		return durable.Writes{}, r, err
 	}
+	if r.Effect == durable.Allow && b.alwaysAsks(r.Tool) {
+		return durable.Writes{}, r, fmt.Errorf("%w: %s always asks the owner; no rule can allow it", ErrInvalidRule, r.Tool)
+	}
 	rules, err := b.Rules(ctx, h.Store())
 	if err != nil {
 		return durable.Writes{}, r, err
@@ -154,7 +181,7 @@ func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64,
 	var extra durable.Writes
 	var added *Rule
 	if decision == durable.AllowAlways {
-		p, err := Proposed(a)
+		p, err := b.Proposal(a)
 		if err != nil {
 			return a, nil, err
 		}
@@ -204,7 +231,10 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 	} else {
 		v = durable.Verdict{Effect: defaultEffect(q.Tool), Reason: q.Tool.Name + " asks by default: no rule of the owner's allows this call"}
 	}
-	if v.Effect == durable.Allow && !q.Tool.ReadOnly && q.Outside != nil {
+	if v.Effect == durable.Allow && q.Tool.AlwaysAsk {
+		v = durable.Verdict{Effect: durable.Ask, Reason: q.Tool.Name + " always asks the owner: no rule can allow it"}
+	}
+	if v.Effect == durable.Allow && !q.Tool.ReadOnly && q.Outside != nil && !b.HoldsNoOwnerData {
 		v = durable.Verdict{Effect: durable.Ask, Reason: fmt.Sprintf(
 			"outside text (entry %d, %s) is in the model's context, so every call of a tool that is not read-only asks until the conversation is reset (%s)",
 			q.Outside.ID, q.Outside.Kind, v.Reason)}

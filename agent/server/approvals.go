@@ -28,27 +28,27 @@ type approvalView struct {
 	ProposedRule *policy.Rule `json:"proposed_rule,omitempty"`
 }
 
-func viewOf(a durable.Approval, status string) approvalView {
+func viewOf(book *policy.Book, a durable.Approval, status string) approvalView {
 	v := approvalView{Approval: a, Status: status}
-	if r, err := policy.Proposed(a); err == nil {
+	if r, err := book.Proposal(a); err == nil {
 		v.ProposedRule = &r
 	}
 	return v
 }
 
 func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
-	h := s.storageOr503(w, r)
-	if h == nil {
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
 		return
 	}
-	list, err := h.PendingApprovals(r.Context())
+	list, err := rt.h.PendingApprovals(r.Context())
 	if err != nil {
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
 	out := []approvalView{}
 	for _, a := range list {
-		out = append(out, viewOf(a, "pending"))
+		out = append(out, viewOf(rt.book, a, "pending"))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
 }
@@ -78,11 +78,12 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusBadRequest, "bad-note", "a note is at most 4096 bytes")
 		return
 	}
-	h := s.storageOr503(w, r)
-	if h == nil {
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
 		return
 	}
-	a, added, err := s.book.Decide(r.Context(), h, id, body.Decision, body.Note)
+	h := rt.h
+	a, added, err := rt.book.Decide(r.Context(), h, id, body.Decision, body.Note)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
 		problem.Write(w, http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
@@ -97,7 +98,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
-	decided := map[string]any{"approval": viewOf(a, body.Decision), "decision": body.Decision}
+	decided := map[string]any{"approval": viewOf(rt.book, a, body.Decision), "decision": body.Decision}
 	if added != nil {
 		decided["rule"] = added
 	}
@@ -114,20 +115,20 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", a.RunID))
 		return
 	}
-	s.writeRun(w, r, h, sub, decided)
+	s.writeRun(w, r, rt, sub, decided)
 }
 
 func (s *Server) rules(w http.ResponseWriter, r *http.Request) {
-	h := s.storageOr503(w, r)
-	if h == nil {
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
 		return
 	}
-	rules, err := s.book.Rules(r.Context(), h.Store())
+	rules, err := rt.book.Rules(r.Context(), rt.h.Store())
 	if err != nil {
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": s.book.Defaults()})
+	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": rt.book.Defaults()})
 }
 
 func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) {
@@ -139,14 +140,18 @@ func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &body) {
 		return
 	}
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
+		return
+	}
 	h, conv, ok := s.current(w, r)
 	if !ok {
 		return
 	}
-	rule, err := s.book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
+	rule, err := rt.book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
 	switch {
 	case errors.Is(err, policy.ErrInvalidRule):
-		problem.Write(w, http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(s.toolNames(), ", "))
+		problem.Write(w, http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(toolNames(rt.book), ", "))
 	case err != nil:
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 	default:
@@ -160,11 +165,15 @@ func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusBadRequest, "bad-id", "a rule id is a positive integer")
 		return
 	}
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
+		return
+	}
 	h, conv, ok := s.current(w, r)
 	if !ok {
 		return
 	}
-	rule, err := s.book.Remove(r.Context(), h, conv, id)
+	rule, err := rt.book.Remove(r.Context(), h, conv, id)
 	switch {
 	case errors.Is(err, policy.ErrNoRule):
 		problem.Write(w, http.StatusNotFound, "unknown-rule", fmt.Sprintf("no rule %d", id))
@@ -175,9 +184,9 @@ func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) toolNames() []string {
+func toolNames(book *policy.Book) []string {
 	var names []string
-	for _, t := range s.book.Tools {
+	for _, t := range book.Tools {
 		names = append(names, t.Name)
 	}
 	return names

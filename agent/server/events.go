@@ -37,10 +37,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	h := s.storageOr503(w, r)
-	if h == nil {
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
 		return
 	}
+	h := rt.h
 	conv, err := s.currentConversation(r.Context(), h)
 	if v := q.Get("conversation"); v != "" {
 		conv, err = strconv.ParseInt(v, 10, 64)
@@ -68,7 +69,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	beat := time.NewTicker(eventsHeartbeat)
 	defer beat.Stop()
-	deltas, unsubscribe := s.deltas.subscribe(conv)
+	deltas, unsubscribe := s.deltas.subscribe(rt.agent.ID, conv)
 	defer unsubscribe()
 	sendDelta := func(d delta) error {
 		b, _ := json.Marshal(d)
@@ -78,9 +79,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	changed := h.Changed()
 	for {
 		if h.Closed() { // paused meanwhile: reopen, someone is watching
-			if h, err = s.storage(r.Context()); err != nil {
+			if rt, err = s.storage(r.Context(), agentOf(r)); err != nil {
 				return
 			}
+			h = rt.h
 			changed = h.Changed()
 			continue
 		}
@@ -146,31 +148,39 @@ type delta struct {
 // stream that does not keep up misses deltas, never the stored entries.
 type deltaHub struct {
 	mu   sync.Mutex
-	subs map[int64]map[chan delta]bool
+	subs map[streamKey]map[chan delta]bool
 }
 
-func (d *deltaHub) subscribe(conv int64) (<-chan delta, func()) {
+// streamKey is one conversation of one agent (by its agent's ID, which a
+// rename keeps).
+type streamKey struct {
+	agent string
+	conv  int64
+}
+
+func (d *deltaHub) subscribe(agent string, conv int64) (<-chan delta, func()) {
 	c := make(chan delta, 256)
+	k := streamKey{agent, conv}
 	d.mu.Lock()
 	if d.subs == nil {
-		d.subs = map[int64]map[chan delta]bool{}
+		d.subs = map[streamKey]map[chan delta]bool{}
 	}
-	if d.subs[conv] == nil {
-		d.subs[conv] = map[chan delta]bool{}
+	if d.subs[k] == nil {
+		d.subs[k] = map[chan delta]bool{}
 	}
-	d.subs[conv][c] = true
+	d.subs[k][c] = true
 	d.mu.Unlock()
 	return c, func() {
 		d.mu.Lock()
-		delete(d.subs[conv], c)
+		delete(d.subs[k], c)
 		d.mu.Unlock()
 	}
 }
 
-func (d *deltaHub) publish(conv, run int64, text string) {
+func (d *deltaHub) publish(agent string, conv, run int64, text string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for c := range d.subs[conv] {
+	for c := range d.subs[streamKey{agent, conv}] {
 		select {
 		case c <- delta{RunID: run, Text: text}:
 		default:

@@ -334,6 +334,10 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) {
 	if req.Model != "" && !s.knownModel(w, r, req.Model) {
 		return
 	}
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
+		return
+	}
 	h, conv, ok := s.current(w, r)
 	if !ok {
 		return
@@ -363,13 +367,14 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", sub.TaskID))
 		return
 	}
-	s.writeRun(w, r, h, sub, nil)
+	s.writeRun(w, r, rt, sub, nil)
 }
 
 // writeRun answers with a submission that is finished, or waits for the
 // owner (status "waiting" with the approval it waits on): its reply and the
 // entries its run wrote, plus the fields of extra.
-func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, h *durable.Harness, sub durable.Submission, extra map[string]any) {
+func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, rt *runtime, sub durable.Submission, extra map[string]any) {
+	h := rt.h
 	out := map[string]any{"run_id": sub.TaskID, "submission_id": sub.ID, "conversation_id": sub.ConversationID, "status": sub.Status}
 	for k, v := range extra {
 		out[k] = v
@@ -386,7 +391,7 @@ func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, h *durable.Har
 		}
 	}
 	if a, err := h.WaitingFor(r.Context(), sub); err == nil && a != nil {
-		out["waiting_for"] = viewOf(*a, "pending")
+		out["waiting_for"] = viewOf(rt.book, *a, "pending")
 	}
 	if sub.AnswerEntryID != 0 {
 		if e, err := h.Store().Entry(r.Context(), sub.AnswerEntryID); err == nil {

@@ -23,12 +23,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
-	"github.com/affido/affido/agent/durable/sqlite"
 	"github.com/affido/affido/agent/identity"
-	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
@@ -51,6 +50,16 @@ type Config struct {
 	Log     *slog.Logger
 	// Quota caps the bytes of the workspace and the corpus together (0: none).
 	Quota int64
+	// WorkerTools and WorkerSystem are the worker agent's tools (web tools:
+	// none of the owner's data) and system prompt.
+	WorkerTools  []durable.Tool
+	WorkerSystem string
+	// OnApproval returns tasks to commit with a new approval of agent
+	// (the owner's notification).
+	OnApproval func(agent string, a durable.Approval) []durable.Task
+	// MessageTimeout bounds how long send_message and delegate wait for a
+	// reply (default 10 min).
+	MessageTimeout time.Duration
 	// Caller is the one address allowed to call the API: Caddy's on the
 	// user network. Anything else inside the sandbox (a program the model
 	// wrote, calling localhost or the container's own address) is refused,
@@ -62,18 +71,25 @@ type Config struct {
 
 // Server is the agent's HTTP server.
 type Server struct {
-	cfg    Config
-	ws     workspace.Workspace
-	corpus *corpus.Corpus
-	tools  []durable.Tool // the harness's tools: the configured ones and corpus_search
-	book   *policy.Book   // the owner's rules: every tool call is judged by them
-	deltas deltaHub       // replies as they stream, to the open event streams
+	cfg      Config
+	ws       workspace.Workspace
+	corpus   *corpus.Corpus
+	tools    []durable.Tool // an owner agent's tools: the configured ones and corpus_search
+	registry agents.Registry
+	deltas   deltaHub // replies as they stream, to the open event streams
 
 	inflight atomic.Int64
 
-	mu        sync.Mutex // guards h and wakeTimer; held while storage opens or closes
-	h         *durable.Harness
+	// mu is held while storage opens or closes (all agents at once) and
+	// guards wakeTimer. rtMu guards rts alone, so a tool delivering a
+	// message never waits on mu, which a closing harness's steps would.
+	mu        sync.Mutex
 	wakeTimer *time.Timer
+	closing   atomic.Bool
+	rtMu      sync.RWMutex
+	rts       map[string]*runtime // by agent name; nil while storage is closed
+
+	dues dueBoard
 }
 
 // New returns a server. If the status cache says storage was open when the
@@ -86,10 +102,13 @@ func New(cfg Config) *Server {
 	corpusDir := filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")
 	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}},
 		corpus: &corpus.Corpus{Dir: corpusDir}}
+	if cfg.MessageTimeout <= 0 {
+		s.cfg.MessageTimeout = 10 * time.Minute
+	}
 	s.tools = append(append([]durable.Tool(nil), cfg.Harness.Tools...), citations.Tool(s.corpus))
-	s.book = &policy.Book{Tools: s.tools}
+	s.dues.report = cfg.Harness.OnScheduled
 	if st, err := s.readStatus(); err == nil && st.StorageOpen {
-		if _, err := s.storage(context.Background()); err != nil {
+		if _, err := s.storage(context.Background(), agents.Main); err != nil {
 			cfg.Log.Error("reopen storage after an unclean stop", "err", err)
 		}
 	}
@@ -141,6 +160,16 @@ func (s *Server) Handler() http.Handler {
 	handle("GET /skills/marketplace", s.skillsMarketplace)
 	handle("POST /skills/install", s.skillsInstall)
 	handle("DELETE /skills/{name}", s.skillsRemove)
+	handle("GET /agents", s.agentsList)
+	handle("POST /agents", s.agentCreate)
+	handle("GET /agents/{name}", s.agentGet)
+	handle("PATCH /agents/{name}", s.agentUpdate)
+	handle("DELETE /agents/{name}", s.agentDelete)
+	handle("GET /jobs", s.jobList)
+	handle("POST /jobs", s.jobCreate)
+	handle("POST /jobs/{id}/pause", s.jobPause)
+	handle("POST /jobs/{id}/resume", s.jobResume)
+	handle("DELETE /jobs/{id}", s.jobDelete)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if methods, ok := allowed[r.URL.Path]; ok {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
@@ -149,7 +178,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 	})
-	return s.onlyFromCaller(s.track(s.onlyClaimed(mux)))
+	return s.onlyFromCaller(s.track(s.onlyClaimed(s.byAgent(mux))))
 }
 
 // onlyFromCaller refuses requests that do not come from cfg.Caller.
@@ -204,15 +233,16 @@ func (s *Server) readStatus() (statusCache, error) {
 // writeStatus records the cache. Caller holds s.mu.
 func (s *Server) writeStatus(ctx context.Context, open bool) {
 	st := statusCache{User: s.cfg.Identity.User(), StorageOpen: open, Model: s.cfg.DefaultModel, UpdatedAt: time.Now().UTC()}
-	if s.h != nil {
-		if conv, err := s.currentConversation(ctx, s.h); err == nil {
+	if main := s.runtimes()[agents.Main]; main != nil {
+		h := main.h
+		if conv, err := s.currentConversation(ctx, h); err == nil {
 			st.ConversationID = conv
-			st.EntryCount, _ = s.h.Store().EntryCount(ctx, conv)
-			if c, err := s.h.Store().Conversation(ctx, conv); err == nil && c.Settings["model"] != "" {
+			st.EntryCount, _ = h.Store().EntryCount(ctx, conv)
+			if c, err := h.Store().Conversation(ctx, conv); err == nil && c.Settings["model"] != "" {
 				st.Model = c.Settings["model"]
 			}
 		}
-		if due, err := s.h.NextDueAt(ctx); err == nil && !due.IsZero() {
+		if due, err := s.nextDueAt(ctx); err == nil && !due.IsZero() {
 			st.NextWakeAt = &due
 		}
 	} else if old, err := s.readStatus(); err == nil {
@@ -227,69 +257,52 @@ func (s *Server) writeStatus(ctx context.Context, open bool) {
 
 // storage
 
-// storage returns the open harness, opening the session database first if needed.
-func (s *Server) storage(ctx context.Context) (*durable.Harness, error) {
+// storage returns the runtime of the agent called name, opening every
+// agent's storage first if it is closed (agents.ErrNoAgent for no such agent).
+func (s *Server) storage(ctx context.Context, name string) (*runtime, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.h != nil {
-		return s.h, nil
+	if s.runtimes() == nil {
+		if err := s.openAll(ctx); err != nil {
+			return nil, err
+		}
 	}
-	if s.wakeTimer != nil {
-		s.wakeTimer.Stop()
-		s.wakeTimer = nil
+	rt := s.runtimes()[name]
+	if rt == nil {
+		return nil, fmt.Errorf("agent %q: %w", name, agents.ErrNoAgent)
 	}
-	db, err := sqlite.Open(ctx, s.cfg.SessionDB)
-	if err != nil {
-		return nil, err
-	}
-	store, err := durable.OpenStore(ctx, db)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	opts := s.cfg.Harness
-	opts.Model, opts.DefaultModel, opts.Log = s.cfg.Model, s.cfg.DefaultModel, s.cfg.Log
-	opts.Tools = s.tools
-	opts.Gate = citations.Gate(s.corpus)
-	opts.Policy = s.book
-	opts.OnDelta = s.deltas.publish
-	// A reply that must carry verified citations is shown once it passed.
-	opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }
-	h, err := durable.Open(ctx, store, opts)
-	if err != nil {
-		store.Close()
-		return nil, err
-	}
-	if err := h.Resume(); err != nil {
-		h.Close()
-		return nil, err
-	}
-	s.h = h
-	s.writeStatus(ctx, true)
-	s.cfg.Log.Info("storage opened", "db", s.cfg.SessionDB)
-	return h, nil
+	return rt, nil
 }
 
-// closeStorage closes the harness and records the status cache; it returns
-// the next due time of the work it leaves behind. Caller holds s.mu.
+// closeStorage closes every agent's harness and records the status cache;
+// it returns the next due time of the work they leave behind. Caller holds s.mu.
 func (s *Server) closeStorage(ctx context.Context) (time.Time, error) {
-	if s.h == nil {
+	rts := s.runtimes()
+	if rts == nil {
 		st, _ := s.readStatus()
 		if st.NextWakeAt != nil {
 			return *st.NextWakeAt, nil
 		}
 		return time.Time{}, nil
 	}
-	due, err := s.h.NextDueAt(ctx)
+	due, err := s.nextDueAt(ctx)
 	if err != nil {
 		return time.Time{}, err
 	}
 	s.writeStatus(ctx, true) // counts while still open
-	if err := s.h.Close(); err != nil {
+	s.closing.Store(true)
+	defer s.closing.Store(false)
+	var errs []error
+	for _, rt := range rts {
+		if err := rt.h.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close agent %s: %w", rt.agent.Name, err))
+		}
+	}
+	s.setRuntimes(nil)
+	s.writeStatus(ctx, false)
+	if err := errors.Join(errs...); err != nil {
 		return time.Time{}, err
 	}
-	s.h = nil
-	s.writeStatus(ctx, false)
 	s.cfg.Log.Info("storage closed")
 	return due, nil
 }
@@ -326,10 +339,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // the cache from it first (that opens nothing).
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	if s.h != nil {
+	open := s.runtimes() != nil
+	if open {
 		s.writeStatus(r.Context(), true)
 	}
-	open := s.h != nil
 	s.mu.Unlock()
 	st, err := s.readStatus()
 	if err != nil {
@@ -351,14 +364,20 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 			problem.Write(w, http.StatusConflict, "busy", "a request is in flight")
 			return
 		}
-		if s.h != nil {
-			due, err := s.h.NextDueAt(r.Context())
+		if rts := s.runtimes(); rts != nil {
+			due, err := s.nextDueAt(r.Context())
 			if err != nil {
 				problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 				return
 			}
-			if s.h.Busy() || (!due.IsZero() && !due.After(time.Now())) {
-				s.h.Wake() // due work runs now, not at the next re-check
+			busy := !due.IsZero() && !due.After(time.Now())
+			for _, rt := range rts {
+				busy = busy || rt.h.Busy()
+			}
+			if busy {
+				for _, rt := range rts {
+					rt.h.Wake() // due work runs now, not at the next re-check
+				}
 				problem.Write(w, http.StatusConflict, "busy", "a task is running or due")
 				return
 			}
@@ -374,7 +393,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		next = &due
 		// If nobody freezes this process, come back on time by ourselves.
 		s.wakeTimer = time.AfterFunc(time.Until(due), func() {
-			if _, err := s.storage(context.Background()); err != nil {
+			if _, err := s.storage(context.Background(), agents.Main); err != nil {
 				s.cfg.Log.Error("reopen storage at the wake time", "err", err)
 			}
 		})
@@ -384,13 +403,14 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 
 // wake reopens storage and runs due work (the manager calls it at wake_at).
 func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
-	h, err := s.storage(r.Context())
-	if err != nil {
+	if _, err := s.storage(r.Context(), agents.Main); err != nil {
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
-	h.Wake()
-	due, _ := h.NextDueAt(r.Context())
+	for _, rt := range s.runtimes() {
+		rt.h.Wake()
+	}
+	due, _ := s.nextDueAt(r.Context())
 	var next *time.Time
 	if !due.IsZero() {
 		next = &due
@@ -399,6 +419,8 @@ func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
 }
 
 // helpers
+
+func jsonInto(raw []byte, v any) bool { return len(raw) > 0 && json.Unmarshal(raw, v) == nil }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -432,13 +454,28 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// storageOr503 opens storage or answers with a problem.
+// storageOr503 opens storage and returns the harness of the request's
+// agent, or answers with a problem (404 for no such agent).
 func (s *Server) storageOr503(w http.ResponseWriter, r *http.Request) *durable.Harness {
-	h, err := s.storage(r.Context())
+	rt := s.runtimeOr503(w, r)
+	if rt == nil {
+		return nil
+	}
+	return rt.h
+}
+
+// runtimeOr503 is storageOr503 returning the agent's whole runtime.
+func (s *Server) runtimeOr503(w http.ResponseWriter, r *http.Request) *runtime {
+	name := agentOf(r)
+	rt, err := s.storage(r.Context(), name)
+	if errors.Is(err, agents.ErrNoAgent) {
+		problem.Write(w, http.StatusNotFound, "unknown-agent", fmt.Sprintf("no agent %q; GET /agents lists them", name))
+		return nil
+	}
 	if err != nil {
 		s.cfg.Log.Error("open storage", "err", err)
 		problem.Write(w, http.StatusServiceUnavailable, "storage-unavailable", "the session database could not be opened: "+err.Error())
 		return nil
 	}
-	return h
+	return rt
 }

@@ -22,6 +22,11 @@ const (
 	EnvWorkspaceQuota = "AFFIDO_WORKSPACE_QUOTA_MB" // MiB of workspace and corpus together
 	EnvBodyTimeout    = "AFFIDO_BODY_TIMEOUT"       // how long a request body may take (a Go duration)
 	EnvPrivsep        = "AFFIDO_PRIVSEP"            // "required" in the image: refuse to run the tools as the agent
+	// Compaction: past EnvCompactTokens of estimated context (4 bytes a
+	// token) a conversation is summarized in the background; past
+	// EnvCompactHardCap no model request is sent until it is. 0 turns either off.
+	EnvCompactTokens  = "AFFIDO_COMPACT_TOKENS"
+	EnvCompactHardCap = "AFFIDO_COMPACT_HARD_CAP"
 )
 
 // Development only: the manager never sets these. A sandbox learns its

@@ -124,9 +124,36 @@ var rules = []struct {
 		return call("set_reminder", map[string]any{key: m[2], "text": m[3]})
 	}},
 	{regexp.MustCompile(`^reminders$`), func(m []string) Reply { return call("list_reminders", map[string]any{}) }},
+	{regexp.MustCompile(`(?s)^message ([a-z][a-z0-9-]*): (.+)$`), func(m []string) Reply {
+		return call("send_message", map[string]any{"to": m[1], "text": m[2]})
+	}},
+	{regexp.MustCompile(`(?s)^delegate: (.+)$`), func(m []string) Reply { return call("delegate", map[string]any{"task": m[1]}) }},
+	{regexp.MustCompile(`(?s)^schedule "([^"]+)"(?: in (\S+))?: (.+)$`), func(m []string) Reply {
+		args := map[string]any{"cron": m[1], "prompt": m[3]}
+		if m[2] != "" {
+			args["tz"] = m[2]
+		}
+		return call("schedule_job", args)
+	}},
+	{regexp.MustCompile(`^jobs$`), func(m []string) Reply { return call("list_jobs", map[string]any{}) }},
+	{regexp.MustCompile(`^cancel job (\d+)$`), func(m []string) Reply { return call("cancel_job", map[string]any{"id": m[1]}) }},
 	{regexp.MustCompile(`^cancel reminder (\d+)$`), func(m []string) Reply {
 		return call("cancel_reminder", map[string]any{"id": m[1]})
 	}},
+}
+
+// fromAgent returns the text of a message another agent sent (outside
+// text whose source is an agent).
+func fromAgent(content string) (string, bool) {
+	if !strings.HasPrefix(content, "[outside text from agent ") {
+		return "", false
+	}
+	_, body, ok := strings.Cut(content, "\n")
+	end := strings.LastIndex(body, "\n[end of outside text")
+	if !ok || end < 0 {
+		return "", false
+	}
+	return strings.TrimSpace(body[:end]), true
 }
 
 func call(name string, args map[string]any) Reply {
@@ -174,6 +201,12 @@ func (f *Fake) Answer(req openai.ChatRequest) Reply {
 	}
 	if strings.HasPrefix(last.Content, "[harness] Summarize") {
 		return Reply{Text: fmt.Sprintf("Summary: %d earlier messages.", len(req.Messages)-2)}
+	}
+	// A message from another agent arrives as outside text. The scripted
+	// model obeys what it says, as a model steered by what it reads would:
+	// that is what the guards around it (asking, the hop limit) are for.
+	if inner, ok := fromAgent(last.Content); ok {
+		text = inner
 	}
 	for _, r := range rules {
 		if m := r.re.FindStringSubmatch(text); m != nil {

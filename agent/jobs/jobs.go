@@ -1,0 +1,279 @@
+// Package jobs gives an agent scheduled jobs: a cron expression in a time
+// zone and a prompt to run. A job is a sleeping task whose deadline is its
+// next time, so the host (the manager) wakes a sleeping sandbox for it as
+// for a reminder. When due, one commit places the prompt in the job's
+// conversation (a submission and the run that answers it), records the run
+// with its lateness, and re-arms the job at its next time after now: a job
+// missed while the whole stack was down runs once on return, not once per
+// missed time.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/affido/affido/agent/durable"
+)
+
+// Kind is the task kind name.
+const Kind = "job"
+
+// MaxJobs bounds the live jobs of one agent.
+const MaxJobs = 100
+
+// Errors callers branch on.
+var (
+	// ErrInvalid is wrapped by every error for a job that cannot be kept.
+	ErrInvalid = errors.New("invalid job")
+	// ErrNoJob is returned for an id that is no live job.
+	ErrNoJob = errors.New("no such job")
+	// ErrTooMany is returned when an agent has MaxJobs live jobs already.
+	ErrTooMany = errors.New("too many jobs")
+)
+
+// parser reads standard five-field cron expressions and descriptors
+// (@hourly, @daily, @every 90m).
+var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Spec is what the owner (or a tool) asks for.
+type Spec struct {
+	Name   string `json:"name,omitempty"`
+	Cron   string `json:"cron"`
+	TZ     string `json:"tz,omitempty"` // an IANA zone such as Europe/Paris; default UTC
+	Prompt string `json:"prompt"`
+}
+
+// checkpoint is a job's stored state.
+type checkpoint struct {
+	Spec
+	Next     time.Time  `json:"next"`
+	Runs     int        `json:"runs"`
+	LastRun  *time.Time `json:"last_run,omitempty"`
+	LastLate int64      `json:"last_late_ms,omitempty"`
+	Paused   bool       `json:"paused,omitempty"`
+}
+
+// Job is one live job as the API and the tools show it.
+type Job struct {
+	ID             int64      `json:"id"`
+	ConversationID int64      `json:"conversation_id"`
+	Name           string     `json:"name,omitempty"`
+	Cron           string     `json:"cron"`
+	TZ             string     `json:"tz"`
+	Prompt         string     `json:"prompt"`
+	State          string     `json:"state"` // "scheduled" or "paused"
+	Next           *time.Time `json:"next,omitempty"`
+	Runs           int        `json:"runs"`
+	LastRun        *time.Time `json:"last_run,omitempty"`
+	LastLateMs     int64      `json:"last_late_ms,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+}
+
+// next returns the first time of spec strictly after now.
+func (s Spec) next(now time.Time) (time.Time, error) {
+	sched, loc, err := s.parse()
+	if err != nil {
+		return time.Time{}, err
+	}
+	n := sched.Next(now.In(loc))
+	if n.IsZero() {
+		return time.Time{}, fmt.Errorf("%w: cron %q never fires", ErrInvalid, s.Cron)
+	}
+	return n.UTC(), nil
+}
+
+func (s Spec) parse() (cron.Schedule, *time.Location, error) {
+	if strings.Contains(s.Cron, "TZ=") {
+		return nil, nil, fmt.Errorf("%w: give the time zone in tz, not in the cron expression", ErrInvalid)
+	}
+	sched, err := parser.Parse(s.Cron)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: cron %q: %v (five fields: minute hour day-of-month month day-of-week, or @hourly, @daily, @every 90m)", ErrInvalid, s.Cron, err)
+	}
+	loc, err := time.LoadLocation(s.zone())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: tz %q is not a known time zone", ErrInvalid, s.TZ)
+	}
+	return sched, loc, nil
+}
+
+func (s Spec) zone() string {
+	if s.TZ == "" {
+		return "UTC"
+	}
+	return s.TZ
+}
+
+// Validate checks a spec before anything is written.
+func (s Spec) Validate() error {
+	switch {
+	case strings.TrimSpace(s.Prompt) == "":
+		return fmt.Errorf("%w: prompt is required", ErrInvalid)
+	case len(s.Prompt) > 8000:
+		return fmt.Errorf("%w: prompt is at most 8000 bytes", ErrInvalid)
+	case len(s.Name) > 200:
+		return fmt.Errorf("%w: name is at most 200 bytes", ErrInvalid)
+	case len(s.Cron) > 200:
+		return fmt.Errorf("%w: cron is at most 200 bytes", ErrInvalid)
+	}
+	_, _, err := s.parse()
+	return err
+}
+
+// New returns the sleeping task of a new job in conversation conv (0: the
+// conversation of the tool call that makes it), armed at its first time
+// after now. The caller commits it (AddTask, or with a tool's result).
+func New(ctx context.Context, store *durable.Store, conv int64, s Spec, now time.Time) (durable.Task, error) {
+	if err := s.Validate(); err != nil {
+		return durable.Task{}, err
+	}
+	s.TZ = s.zone()
+	next, err := s.next(now)
+	if err != nil {
+		return durable.Task{}, err
+	}
+	list, err := List(ctx, store)
+	if err != nil {
+		return durable.Task{}, err
+	}
+	if len(list) >= MaxJobs {
+		return durable.Task{}, fmt.Errorf("%w: an agent keeps at most %d jobs", ErrTooMany, MaxJobs)
+	}
+	raw, _ := json.Marshal(checkpoint{Spec: s, Next: next})
+	return durable.Task{ConversationID: conv, Kind: Kind, State: durable.Sleeping, Deadline: &next, Checkpoint: raw, Background: true}, nil
+}
+
+// Task runs jobs.
+type Task struct{}
+
+// Step runs a due job once and re-arms it.
+func (Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	h := sc.Harness()
+	var cp checkpoint
+	if err := json.Unmarshal(t.Checkpoint, &cp); err != nil {
+		return durable.StepResult{}, fmt.Errorf("job %d: %w", t.ID, err)
+	}
+	now := h.Now()
+	due := cp.Next
+	next, err := cp.next(now)
+	if err != nil { // the zone database changed under a stored job
+		t.State, t.Outcome, t.Error, t.Deadline = durable.Terminal, durable.Failed, err.Error(), nil
+		return durable.StepResult{Task: t}, nil
+	}
+	missed := missedBetween(cp.Spec, due, now)
+	// The request id makes a rerun of this step (a crash before its commit
+	// is impossible to observe, but a reopen replays) admit nothing twice.
+	sub, gen, err := h.NewSubmission(t.ConversationID, durable.Input{Text: cp.Prompt,
+		RequestID: fmt.Sprintf("job-%d-%d", t.ID, due.Unix()), Options: map[string]string{"job": fmt.Sprint(t.ID)}})
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	id, err := h.Store().MintID()
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	late := now.Sub(due).Milliseconds()
+	data, _ := json.Marshal(map[string]any{"job": t.ID, "due": due, "fired": now, "late_ms": late, "missed": missed,
+		"next": next, "submission": sub.ID, "run": gen.ID})
+	text := fmt.Sprintf("Scheduled job %d ran (due %s, %d ms late", t.ID, due.Format(time.RFC3339), late)
+	if missed > 0 {
+		text += fmt.Sprintf("; %d earlier times were missed while the agent was down and are not run again", missed)
+	}
+	text += "); next at " + next.Format(time.RFC3339)
+	entry := durable.Entry{ID: id, ConversationID: t.ConversationID, Kind: durable.JobRunEntry, Text: text, At: now, RunID: t.ID, Data: data}
+	cp.Runs++
+	cp.LastRun, cp.LastLate, cp.Next = &now, late, next
+	t.State, t.Deadline = durable.Sleeping, &next
+	t.Checkpoint, _ = json.Marshal(cp)
+	return durable.StepResult{Task: t, Entries: []durable.Entry{entry}, Submissions: []durable.Submission{sub}, NewTasks: []durable.Task{gen}}, nil
+}
+
+// missedBetween counts the times of s after due and up to now (at most 1000).
+func missedBetween(s Spec, due, now time.Time) int {
+	n := 0
+	for at, err := s.next(due); err == nil && !at.After(now) && n < 1000; at, err = s.next(at) {
+		n++
+	}
+	return n
+}
+
+// List returns the live jobs, oldest first.
+func List(ctx context.Context, store *durable.Store) ([]Job, error) {
+	live, err := store.LiveTasks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Job{}
+	for _, t := range live {
+		if j, ok := view(t); ok {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+func view(t durable.Task) (Job, bool) {
+	var cp checkpoint
+	if t.Kind != Kind || !t.Live() || json.Unmarshal(t.Checkpoint, &cp) != nil {
+		return Job{}, false
+	}
+	j := Job{ID: t.ID, ConversationID: t.ConversationID, Name: cp.Name, Cron: cp.Cron, TZ: cp.zone(), Prompt: cp.Prompt,
+		State: "scheduled", Runs: cp.Runs, LastRun: cp.LastRun, LastLateMs: cp.LastLate, CreatedAt: t.CreatedAt}
+	if cp.Paused {
+		j.State = "paused"
+	} else {
+		next := cp.Next
+		j.Next = &next
+	}
+	return j, true
+}
+
+// Get returns live job id's task, or ErrNoJob.
+func Get(ctx context.Context, store *durable.Store, id int64) (durable.Task, Job, error) {
+	t, err := store.Task(ctx, id)
+	if err != nil && !errors.Is(err, durable.ErrNotFound) {
+		return durable.Task{}, Job{}, err
+	}
+	j, ok := view(t)
+	if err != nil || !ok {
+		return durable.Task{}, Job{}, fmt.Errorf("job %d: %w", id, ErrNoJob)
+	}
+	return t, j, nil
+}
+
+// Paused returns job t paused (to commit): it waits for nothing and runs
+// no more until resumed.
+func Paused(t durable.Task) durable.Task {
+	var cp checkpoint
+	_ = json.Unmarshal(t.Checkpoint, &cp)
+	cp.Paused = true
+	t.State, t.Deadline = durable.Waiting, nil
+	t.Checkpoint, _ = json.Marshal(cp)
+	return t
+}
+
+// Resumed returns job t armed again at its next time after now (to commit).
+func Resumed(t durable.Task, now time.Time) (durable.Task, error) {
+	var cp checkpoint
+	_ = json.Unmarshal(t.Checkpoint, &cp)
+	next, err := cp.next(now)
+	if err != nil {
+		return t, err
+	}
+	cp.Paused, cp.Next = false, next
+	t.State, t.Deadline = durable.Sleeping, &next
+	t.Checkpoint, _ = json.Marshal(cp)
+	return t, nil
+}
+
+// Cancelled returns job t ended (to commit).
+func Cancelled(t durable.Task, now time.Time) durable.Task {
+	t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
+	return t
+}

@@ -1,0 +1,156 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/jobs"
+	"github.com/affido/affido/internal/problem"
+)
+
+// The owner's scheduled jobs, per agent. The owner creating a job here is
+// not asked anything; a job the model proposes (schedule_job) always asks.
+
+func (s *Server) jobList(w http.ResponseWriter, r *http.Request) {
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	list, err := jobs.List(r.Context(), h.Store())
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": list})
+}
+
+// jobCreate makes a job; with no conversation named, in a new conversation
+// of its own, made in the same commit.
+func (s *Server) jobCreate(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		jobs.Spec
+		Conversation int64 `json:"conversation"`
+	}
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if err := body.Spec.Validate(); err != nil {
+		problem.Write(w, http.StatusBadRequest, "bad-job", err.Error())
+		return
+	}
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	var writes durable.Writes
+	conv := body.Conversation
+	if conv != 0 {
+		if _, ok := s.conversationOr404(w, r, h, conv); !ok {
+			return
+		}
+	} else {
+		id, err := h.Store().MintID()
+		if err != nil {
+			problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+			return
+		}
+		title := "job: " + body.Name
+		if body.Name == "" {
+			title = "job: " + truncate(body.Prompt, 60)
+		}
+		conv = id
+		writes.Conversations = []durable.Conversation{{ID: id, Title: title, CreatedAt: h.Now(), Settings: map[string]string{}}}
+	}
+	t, err := jobs.New(r.Context(), h.Store(), conv, body.Spec, h.Now())
+	switch {
+	case errors.Is(err, jobs.ErrInvalid):
+		problem.Write(w, http.StatusBadRequest, "bad-job", err.Error())
+		return
+	case errors.Is(err, jobs.ErrTooMany):
+		problem.Write(w, http.StatusConflict, "too-many-jobs", err.Error())
+		return
+	case err != nil:
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	if t.ID, err = h.Store().MintID(); err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	t.Version, t.CreatedAt = 1, h.Now()
+	writes.Tasks = []durable.Task{t}
+	if err := h.Commit(r.Context(), writes); err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	s.writeJob(w, r, h, t.ID, http.StatusCreated)
+}
+
+func (s *Server) jobPause(w http.ResponseWriter, r *http.Request) {
+	s.jobChange(w, r, func(t durable.Task, h *durable.Harness) (durable.Task, error) { return jobs.Paused(t), nil })
+}
+
+func (s *Server) jobResume(w http.ResponseWriter, r *http.Request) {
+	s.jobChange(w, r, func(t durable.Task, h *durable.Harness) (durable.Task, error) { return jobs.Resumed(t, h.Now()) })
+}
+
+func (s *Server) jobDelete(w http.ResponseWriter, r *http.Request) {
+	s.jobChange(w, r, func(t durable.Task, h *durable.Harness) (durable.Task, error) { return jobs.Cancelled(t, h.Now()), nil })
+}
+
+// jobChange commits change to the job named in the path and answers with it.
+func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(durable.Task, *durable.Harness) (durable.Task, error)) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		problem.Write(w, http.StatusBadRequest, "bad-id", "a job id is a positive integer")
+		return
+	}
+	h := s.storageOr503(w, r)
+	if h == nil {
+		return
+	}
+	t, _, err := jobs.Get(r.Context(), h.Store(), id)
+	if errors.Is(err, jobs.ErrNoJob) {
+		problem.Write(w, http.StatusNotFound, "unknown-job", err.Error())
+		return
+	} else if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	t, err = change(t, h)
+	if err == nil {
+		err = h.Commit(r.Context(), durable.Writes{Tasks: []durable.Task{t}})
+	}
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	if !t.Live() {
+		writeJSON(w, http.StatusOK, map[string]any{"deleted": id})
+		return
+	}
+	s.writeJob(w, r, h, id, http.StatusOK)
+}
+
+func (s *Server) writeJob(w http.ResponseWriter, r *http.Request, h *durable.Harness, id int64, status int) {
+	_, j, err := jobs.Get(r.Context(), h.Store(), id)
+	if err != nil {
+		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return
+	}
+	writeJSON(w, status, j)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s…", string(r[:n]))
+}
