@@ -77,6 +77,7 @@ func (s *Server) openAll(ctx context.Context) error {
 	}
 	for _, a := range list {
 		if a.ID == agents.Main && a.Model == "" {
+			main.agent = a
 			rts[a.Name] = main
 			continue
 		}

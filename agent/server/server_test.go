@@ -20,6 +20,7 @@ import (
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/identity"
+	"github.com/affido/affido/agent/jobs"
 	"github.com/affido/affido/agent/modelclient"
 	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/agent/server"
@@ -125,10 +126,11 @@ func startAgent(t *testing.T, dir, user string) *agent {
 	model := modelclient.New(gw.URL+"/v1/gateway", a.id.Token)
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
 	builtin := append(tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), tools.WebTools(model)...)
-	builtin = append(builtin, reminders.Tools()...)
+	builtin = append(append(builtin, reminders.Tools()...), jobs.Tools()...)
 	notify := func(context.Context, string, string, time.Time) error { return nil }
 	a.srv = server.New(server.Config{Identity: a.id, SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
-		Harness: durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}}},
+		WorkerTools: tools.WebTools(model),
+		Harness: durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}, jobs.Kind: jobs.Task{}}},
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
 	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

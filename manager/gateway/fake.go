@@ -48,7 +48,11 @@ func slowFor(req openai.ChatRequest) time.Duration {
 		return 0
 	}
 	last := req.Messages[len(req.Messages)-1]
-	m := slowRule.FindStringSubmatch(strings.TrimSpace(timePrefix.ReplaceAllString(last.Content, "")))
+	text := timePrefix.ReplaceAllString(last.Content, "")
+	if inner, ok := fromAgent(last.Content); ok {
+		text = inner
+	}
+	m := slowRule.FindStringSubmatch(strings.TrimSpace(text))
 	if last.Role != "user" || m == nil {
 		return 0
 	}
