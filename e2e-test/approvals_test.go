@@ -152,24 +152,27 @@ func TestApprovalDenyChangedArgumentsAndConditions(t *testing.T) {
 	}
 }
 
-// fetch_url through the gateway: a new host asks; allow always allows that
-// host; the page is outside text, so a shell call a rule allows asks until
-// /reset. Fetches of loopback, private, pool and control-network
-// addresses, directly or by redirect, are refused.
+// fetch_url through the gateway, on the worker (the owner's agents have no
+// web tools of their own): a new host asks; allow always allows that host;
+// the page is outside text with its provenance. Fetches of loopback,
+// private, pool and control-network addresses, directly or by redirect,
+// are refused. (That outside text makes main's shell ask is
+// TestDelegationMakesMainAsk.)
 func TestFetchOutsideTextAndGuard(t *testing.T) {
 	startSink(t)
 	user, tok := newUser(t, "fetch")
+	worker := user + "/agents/worker" // the helpers' paths are under /u/<this>
 	sink := "http://" + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + ":9999"
-	a := ask(t, user, tok, "fetch "+sink+"/page/one")
+	a := ask(t, worker, tok, "fetch "+sink+"/page/one")
 	if a.Tool != "fetch_url" || a.ProposedRule.When["host"] != env("AFFIDO_E2E_SINK_IP", "10.212.1.50") {
 		t.Fatalf("approval %+v", a)
 	}
-	s := decide(t, user, tok, a.ID, `{"decision":"allow_always"}`)
+	s := decide(t, worker, tok, a.ID, `{"decision":"allow_always"}`)
 	if s.Status != "done" || !strings.Contains(s.Reply, "outside text from "+sink+"/page/one") || !strings.Contains(s.Reply, "A test page") || strings.Contains(s.Reply, "steal") {
 		t.Fatalf("fetch: %+v", s)
 	}
 	var outside *entry
-	for _, e := range inspectOf(t, user, tok).Entries.Items {
+	for _, e := range inspectOf(t, worker, tok).Entries.Items {
 		if e.Kind == "outside_text" {
 			outside = &e
 		}
@@ -178,29 +181,14 @@ func TestFetchOutsideTextAndGuard(t *testing.T) {
 		t.Fatal("no outside_text entry")
 	}
 	var verbatim struct{ Data map[string]any }
-	if err := json.Unmarshal([]byte(mustGet(t, user, tok, fmt.Sprint("/entry?id=", outside.ID)).Body), &verbatim); err != nil {
+	if err := json.Unmarshal([]byte(mustGet(t, worker, tok, fmt.Sprint("/entry?id=", outside.ID)).Body), &verbatim); err != nil {
 		t.Fatal(err)
 	}
 	prov := verbatim.Data
 	if prov["url"] != sink+"/page/one" || prov["final_url"] != sink+"/page/one" || prov["status"] != float64(200) || prov["sha256"] == "" || prov["fetched_at"] == nil {
 		t.Fatalf("provenance %v", prov)
 	}
-
-	if r := post(t, user, tok, "/rules", `{"tool":"shell","effect":"allow","when":{"command_prefix":"ls "}}`); r.Code != 201 {
-		t.Fatalf("rule: %d %s", r.Code, r.Body)
-	}
-	b := ask(t, user, tok, "run: ls -a")
-	if !strings.Contains(b.Reason, "outside text") {
-		t.Fatalf("reason %q", b.Reason)
-	}
-	decide(t, user, tok, b.ID, `{"decision":"deny"}`)
-	if r := post(t, user, tok, "/reset", ""); r.Code != 200 {
-		t.Fatalf("reset: %d", r.Code)
-	}
-	if r := prompt(t, user, tok, map[string]any{"text": "run: ls -a"}); r.Status != "done" {
-		t.Fatalf("after reset the rule allows again: %+v", r)
-	}
-	if r := prompt(t, user, tok, map[string]any{"text": "fetch " + sink + "/page/two"}); r.Status != "done" || !strings.Contains(r.Reply, "/page/two") {
+	if r := prompt(t, worker, tok, map[string]any{"text": "fetch " + sink + "/page/two"}); r.Status != "done" || !strings.Contains(r.Reply, "/page/two") {
 		t.Fatalf("a host allowed always: %+v", r)
 	}
 
@@ -241,10 +229,7 @@ func TestFetchOutsideTextAndGuard(t *testing.T) {
 		}
 	}
 	// Through the model too: a page's redirect inward is a tool error.
-	if r := post(t, user, tok, "/reset", ""); r.Code != 200 {
-		t.Fatalf("reset: %d", r.Code)
-	}
-	r := prompt(t, user, tok, map[string]any{"text": "fetch " + sink + "/redirect?to=http://" + manager + ":9090/healthz"})
+	r := prompt(t, worker, tok, map[string]any{"text": "fetch " + sink + "/redirect?to=http://" + manager + ":9090/healthz"})
 	if r.Status != "done" || !strings.Contains(r.Reply, "refused") {
 		t.Fatalf("an inward redirect through the model: %+v", r)
 	}
@@ -254,8 +239,9 @@ func TestFetchOutsideTextAndGuard(t *testing.T) {
 // manager's provider (the scripted one here).
 func TestWebSearch(t *testing.T) {
 	user, tok := newUser(t, "search")
-	a := ask(t, user, tok, "websearch durable agents")
-	s := decide(t, user, tok, a.ID, `{"decision":"allow_once"}`)
+	worker := user + "/agents/worker"
+	a := ask(t, worker, tok, "websearch durable agents")
+	s := decide(t, worker, tok, a.ID, `{"decision":"allow_once"}`)
 	if !strings.Contains(s.Reply, "outside text from web_search (scripted)") || !strings.Contains(s.Reply, "example.org/affido") {
 		t.Fatalf("search: %+v", s)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
 	"github.com/affido/affido/manager/agentclient"
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
@@ -145,7 +146,8 @@ func serve(ctx context.Context) error {
 		NanoCPUs:         int64(cfg.SandboxCPUs * 1e9),
 		PidsLimit:        cfg.SandboxPids,
 		Env: []string{"AFFIDO_MODEL=" + cfg.DefaultModel, fmt.Sprintf("AFFIDO_WORKSPACE_QUOTA_MB=%d", cfg.WorkspaceQuotaMB),
-			"AFFIDO_BODY_TIMEOUT=" + cfg.BodyTimeout.String()},
+			"AFFIDO_BODY_TIMEOUT=" + cfg.BodyTimeout.String(),
+			fmt.Sprintf("%s=%d", sandboxapi.EnvCompactTokens, cfg.CompactTokens), fmt.Sprintf("%s=%d", sandboxapi.EnvCompactHardCap, cfg.CompactHardCap)},
 	})
 	if err != nil {
 		return err
