@@ -312,6 +312,8 @@ cmd_bench() {
   "$BUILD/bin/affido" bench --url "http://127.0.0.1:$AFFIDO_PORT" --stack "$AFFIDO_STACK" "$@"
   say "durable runtime: commit per step, SIGKILL to first resumed step (ns/op is the mean)"
   go test -run '^$' -bench 'StepCommit|Recover' -benchtime 500x ./agent/durable/ | grep '^Benchmark'
+  say "a one-tool turn: fresh, after 2000 entries without compaction, and with it (goal: within 2x of fresh)"
+  go test -run '^$' -bench 'LongConversationTurn' -benchtime 200x ./agent/durable/ | grep '^Benchmark'
 }
 
 cmd_down() {

@@ -27,13 +27,16 @@ build_one() { # build_one NAME GOMOD PACKAGE
   local name=$1 gomod=$2 pkg=$3 work
   [[ -x "$DIR/$name" ]] && return 0
   work=$(mktemp -d)
-  trap 'rm -rf "$work"' RETURN
   cp "$gomod" "$work/go.mod"
   echo "k8s-assets: building $name ($pkg); the first build takes many minutes" >&2
-  local t0=$SECONDS
-  (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$work/$name" "$pkg") >&2
-  mkdir -p "$DIR"
-  mv "$work/$name" "$DIR/$name.tmp" && mv "$DIR/$name.tmp" "$DIR/$name"
+  local t0=$SECONDS rc=0
+  (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -o "$work/$name" "$pkg") >&2 || rc=$?
+  if [[ $rc -eq 0 ]]; then
+    mkdir -p "$DIR"
+    mv "$work/$name" "$DIR/$name.tmp" && mv "$DIR/$name.tmp" "$DIR/$name"
+  fi
+  rm -rf "$work"
+  [[ $rc -eq 0 ]] || { echo "k8s-assets: building $name failed" >&2; return "$rc"; }
   echo "k8s-assets: $name built in $((SECONDS - t0)) s" >&2
 }
 

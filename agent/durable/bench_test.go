@@ -226,3 +226,97 @@ func BenchmarkRecover(b *testing.B) {
 	}
 	reportLatency(b, ds)
 }
+
+// A one-tool turn at the start of a conversation, after 2,000 entries
+// (about 75k estimated tokens) with compaction off, and after the same
+// 2,000 with compaction on at the production thresholds (a summary from
+// 60k, no request past 85k): with compaction a long conversation's turn
+// should cost at most twice a fresh one's. ./dev.sh bench runs it.
+func BenchmarkLongConversationTurn(b *testing.B) {
+	tool := durable.Tool{Name: "add", Safe: true, Execute: func(context.Context, durable.ToolCallContext, json.RawMessage) (durable.ToolResult, error) {
+		return durable.ToolResult{Output: "3"}, nil
+	}}
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		switch last := lastMsg(req); {
+		case last.Role == "tool":
+			return durable.ModelResponse{Text: "it is 3"}, nil
+		case len(last.Content) > 10 && last.Content[:10] == "[harness] ":
+			return durable.ModelResponse{Text: "Summary: the owner added numbers many times."}, nil
+		}
+		return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "c1", Name: "add", Arguments: json.RawMessage(`{"a":1,"b":2}`)}}}, nil
+	})
+	for _, c := range []struct {
+		name    string
+		entries int
+		policy  durable.CompactionPolicy
+	}{
+		{"fresh", 0, durable.CompactionPolicy{Threshold: 60000, HardCap: 85000}},
+		{"2000-entries/compaction=off", 2000, durable.CompactionPolicy{}},
+		{"2000-entries/compaction=on", 2000, durable.CompactionPolicy{Threshold: 60000, HardCap: 85000}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := benchStore(b, "NORMAL")
+			fillConversation(b, s, c.entries)
+			h, err := durable.Open(context.Background(), s, durable.Options{Model: model, DefaultModel: "bench", Tools: []durable.Tool{tool}, Compaction: c.policy})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close()
+			if err := h.Resume(); err != nil {
+				b.Fatal(err)
+			}
+			turn := func() {
+				sub, err := h.Submit(context.Background(), durable.RootConversation, durable.Input{Text: "add 1 and 2"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if sub, err = h.WaitSubmission(context.Background(), sub.ID); err != nil || sub.Status != durable.Done {
+					b.Fatalf("%+v %v", sub, err)
+				}
+			}
+			if c.policy.Threshold > 0 && c.entries > 0 { // the first turn sets the summary off
+				turn()
+				if err := h.WaitIdle(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if head, err := s.LatestHead(context.Background(), durable.RootConversation); err != nil || head.Kind != durable.SummaryEntry {
+					b.Fatalf("no summary after a turn over the threshold: %+v %v", head, err)
+				}
+			}
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				turn()
+				ds = append(ds, time.Since(start))
+			}
+			b.StopTimer()
+			reportLatency(b, ds)
+		})
+	}
+}
+
+// fillConversation stores n alternating owner and assistant entries of
+// about 150 bytes in the root conversation.
+func fillConversation(b *testing.B, s *durable.Store, n int) {
+	b.Helper()
+	text := string(bytes.Repeat([]byte("a long conversation grows "), 6))
+	var batch []durable.Entry
+	for i := 0; i < n; i++ {
+		id, err := s.MintID()
+		if err != nil {
+			b.Fatal(err)
+		}
+		kind := durable.OwnerMessage
+		if i%2 == 1 {
+			kind = durable.AssistantMessage
+		}
+		batch = append(batch, durable.Entry{ID: id, ConversationID: durable.RootConversation, Kind: kind, Text: text, At: time.Now().UTC()})
+		if len(batch) == 500 || i == n-1 {
+			if err := s.Commit(context.Background(), durable.Writes{Entries: batch}); err != nil {
+				b.Fatal(err)
+			}
+			batch = nil
+		}
+	}
+}
