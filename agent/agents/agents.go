@@ -66,10 +66,10 @@ type Agent struct {
 	Name string `json:"name"`
 	// ID names the agent's storage; it never changes, so a rename moves
 	// nothing and a new agent with an old name starts with nothing.
-	ID         string    `json:"id"`
-	Kind       string    `json:"kind"`
-	Model      string    `json:"model,omitempty"` // its default model; empty: the sandbox's
-	MayMessage []string  `json:"may_message"`     // agents it may send_message to
+	ID         string   `json:"id"`
+	Kind       string   `json:"kind"`
+	Model      string   `json:"model,omitempty"` // its default model; empty: the sandbox's
+	MayMessage []string `json:"may_message"`     // agents it may send_message to
 	// CompactTokens, if set, is the context size (estimated tokens) past
 	// which this agent's conversations are summarized, instead of the sandbox's.
 	CompactTokens int       `json:"compact_tokens,omitempty"`
@@ -136,8 +136,8 @@ func (r *Registry) Get(ctx context.Context, main *durable.Store, name string) (A
 
 // Patch is a change to an agent; nil fields stay.
 type Patch struct {
-	Name       *string   `json:"name"`
-	Model      *string   `json:"model"`
+	Name          *string   `json:"name"`
+	Model         *string   `json:"model"`
 	MayMessage    *[]string `json:"may_message"`
 	CompactTokens *int      `json:"compact_tokens"`
 }

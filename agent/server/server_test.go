@@ -130,8 +130,8 @@ func startAgent(t *testing.T, dir, user string) *agent {
 	notify := func(context.Context, string, string, time.Time) error { return nil }
 	a.srv = server.New(server.Config{Identity: a.id, SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
 		WorkerTools: tools.WebTools(model),
-		Harness: durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}, jobs.Kind: jobs.Task{}}},
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Harness:     durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}, jobs.Kind: jobs.Task{}}},
+		Log:         slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
 	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = &signalBody{ReadCloser: r.Body, c: a.reading}

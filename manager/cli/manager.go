@@ -20,8 +20,8 @@ import (
 
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
-	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
