@@ -148,9 +148,18 @@ const (
 	MaxCompactTokens = 1_000_000
 )
 
-// Create adds an owner agent called name (validated) and records it in the
-// trace of main's root conversation, in one commit.
-func (r *Registry) Create(ctx context.Context, main *durable.Harness, name, model string, mayMessage []string) (Agent, error) {
+// Spec is what a new agent is made from.
+type Spec struct {
+	Name          string   `json:"name"`
+	Model         string   `json:"model"`
+	MayMessage    []string `json:"may_message"`
+	CompactTokens int      `json:"compact_tokens"`
+}
+
+// Create adds an owner agent (validated) and records it in the trace of
+// main's root conversation, in one commit.
+func (r *Registry) Create(ctx context.Context, main *durable.Harness, spec Spec) (Agent, error) {
+	name, model, mayMessage := spec.Name, spec.Model, spec.MayMessage
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	list, err := r.List(ctx, main.Store())
@@ -172,7 +181,10 @@ func (r *Registry) Create(ctx context.Context, main *durable.Harness, name, mode
 	if err := checkTargets(list, name, mayMessage); err != nil {
 		return Agent{}, err
 	}
-	a := Agent{Name: name, ID: newID(), Kind: KindOwner, Model: model, MayMessage: mayMessage, CreatedAt: main.Now()}
+	if err := checkCompact(spec.CompactTokens); err != nil {
+		return Agent{}, err
+	}
+	a := Agent{Name: name, ID: newID(), Kind: KindOwner, Model: model, MayMessage: mayMessage, CompactTokens: spec.CompactTokens, CreatedAt: main.Now()}
 	return a, r.commit(ctx, main, append(list, a), fmt.Sprintf("agent %s created", name), map[string]any{"created": a})
 }
 
@@ -214,8 +226,8 @@ func (r *Registry) Update(ctx context.Context, main *durable.Harness, name strin
 		a.Model = *p.Model
 	}
 	if p.CompactTokens != nil {
-		if n := *p.CompactTokens; n != 0 && (n < MinCompactTokens || n > MaxCompactTokens) {
-			return Agent{}, fmt.Errorf("%w: compact_tokens is 0 (the sandbox's) or %d to %d", ErrInvalid, MinCompactTokens, MaxCompactTokens)
+		if err := checkCompact(*p.CompactTokens); err != nil {
+			return Agent{}, err
 		}
 		a.CompactTokens = *p.CompactTokens
 	}
@@ -272,6 +284,13 @@ func checkTargets(list []Agent, self string, targets []string) error {
 		case list[i].Kind == KindWorker:
 			return fmt.Errorf("%w: the worker is reached through delegate, not send_message", ErrInvalid)
 		}
+	}
+	return nil
+}
+
+func checkCompact(n int) error {
+	if n != 0 && (n < MinCompactTokens || n > MaxCompactTokens) {
+		return fmt.Errorf("%w: compact_tokens is 0 (the sandbox's) or %d to %d", ErrInvalid, MinCompactTokens, MaxCompactTokens)
 	}
 	return nil
 }

@@ -36,10 +36,10 @@ func TestRegistryRenameAndDeleteKeepListsTrue(t *testing.T) {
 	ctx := context.Background()
 	h := harness(t)
 	var r agents.Registry
-	if _, err := r.Create(ctx, h, "bob", "", nil); err != nil {
+	if _, err := r.Create(ctx, h, agents.Spec{Name: "bob"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Create(ctx, h, "carol", "", []string{"bob", "main"}); err != nil {
+	if _, err := r.Create(ctx, h, agents.Spec{Name: "carol", MayMessage: []string{"bob", "main"}}); err != nil {
 		t.Fatal(err)
 	}
 	name := "robert"
@@ -66,7 +66,7 @@ func TestRegistryRefusals(t *testing.T) {
 	ctx := context.Background()
 	h := harness(t)
 	var r agents.Registry
-	if _, err := r.Create(ctx, h, "bob", "", nil); err != nil {
+	if _, err := r.Create(ctx, h, agents.Spec{Name: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	main, bad := "boss", "Bad"
@@ -75,14 +75,15 @@ func TestRegistryRefusals(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"a bad name", must(r.Create(ctx, h, "9lives", "", nil)), agents.ErrInvalid},
-		{"a taken name", must(r.Create(ctx, h, "bob", "", nil)), agents.ErrExists},
-		{"messaging the worker", must(r.Create(ctx, h, "x", "", []string{"worker"})), agents.ErrInvalid},
-		{"messaging nobody known", must(r.Create(ctx, h, "x", "", []string{"ghost"})), agents.ErrInvalid},
+		{"a bad name", must(r.Create(ctx, h, agents.Spec{Name: "9lives"})), agents.ErrInvalid},
+		{"a taken name", must(r.Create(ctx, h, agents.Spec{Name: "bob"})), agents.ErrExists},
+		{"messaging the worker", must(r.Create(ctx, h, agents.Spec{Name: "x", MayMessage: []string{"worker"}})), agents.ErrInvalid},
+		{"messaging nobody known", must(r.Create(ctx, h, agents.Spec{Name: "x", MayMessage: []string{"ghost"}})), agents.ErrInvalid},
 		{"renaming main", must(r.Update(ctx, h, "main", agents.Patch{Name: &main})), agents.ErrBuiltin},
 		{"a bad new name", must(r.Update(ctx, h, "bob", agents.Patch{Name: &bad})), agents.ErrInvalid},
 		{"messaging itself", must(r.Update(ctx, h, "bob", agents.Patch{MayMessage: &[]string{"bob"}})), agents.ErrInvalid},
 		{"deleting the worker", must(r.Delete(ctx, h, "worker")), agents.ErrBuiltin},
+		{"a compaction threshold too low", must(r.Create(ctx, h, agents.Spec{Name: "x", CompactTokens: 10})), agents.ErrInvalid},
 		{"deleting nobody", must(r.Delete(ctx, h, "ghost")), agents.ErrNoAgent},
 	} {
 		if !errors.Is(c.err, c.want) {

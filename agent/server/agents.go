@@ -307,11 +307,7 @@ func (s *Server) agentGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Name       string   `json:"name"`
-		Model      string   `json:"model"`
-		MayMessage []string `json:"may_message"`
-	}
+	var body agents.Spec
 	if !decodeBody(w, r, &body) {
 		return
 	}
@@ -328,7 +324,7 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
 		return
 	}
-	a, err := s.registry.Create(r.Context(), rts[agents.Main].h, body.Name, body.Model, body.MayMessage)
+	a, err := s.registry.Create(r.Context(), rts[agents.Main].h, body)
 	if err != nil {
 		s.agentProblem(w, err)
 		return

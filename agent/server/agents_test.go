@@ -160,6 +160,7 @@ func TestAgentBadInput(t *testing.T) {
 		{"POST", "/agents", `{"name":"x","may_message":["ghost"]}`, 400},
 		{"POST", "/agents", `{"name":"x","may_message":["worker"]}`, 400},
 		{"POST", "/agents", `{"name":"x","surprise":1}`, 400},
+		{"POST", "/agents", `{"name":"x","compact_tokens":100}`, 400},
 		{"PATCH", "/agents/main", `{"name":"boss"}`, 400},
 		{"PATCH", "/agents/ok", `{"may_message":["ok"]}`, 400},
 		{"PATCH", "/agents/ok", `{"compact_tokens":10}`, 400},
