@@ -122,16 +122,11 @@ func (r *Registry) List(ctx context.Context, main *durable.Store) ([]Agent, erro
 
 // Get returns the agent called name, or ErrNoAgent.
 func (r *Registry) Get(ctx context.Context, main *durable.Store, name string) (Agent, error) {
-	list, err := r.List(ctx, main)
+	list, i, err := r.find(ctx, main, name)
 	if err != nil {
 		return Agent{}, err
 	}
-	for _, a := range list {
-		if a.Name == name {
-			return a, nil
-		}
-	}
-	return Agent{}, fmt.Errorf("agent %q: %w", name, ErrNoAgent)
+	return list[i], nil
 }
 
 // Patch is a change to an agent; nil fields stay.
@@ -193,13 +188,9 @@ func (r *Registry) Create(ctx context.Context, main *durable.Harness, spec Spec)
 func (r *Registry) Update(ctx context.Context, main *durable.Harness, name string, p Patch) (Agent, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	list, err := r.List(ctx, main.Store())
+	list, i, err := r.find(ctx, main.Store(), name)
 	if err != nil {
 		return Agent{}, err
-	}
-	i := slices.IndexFunc(list, func(a Agent) bool { return a.Name == name })
-	if i < 0 {
-		return Agent{}, fmt.Errorf("agent %q: %w", name, ErrNoAgent)
 	}
 	before, a := list[i], list[i]
 	if p.Name != nil && *p.Name != a.Name {
@@ -249,13 +240,9 @@ func (r *Registry) Update(ctx context.Context, main *durable.Harness, name strin
 func (r *Registry) Delete(ctx context.Context, main *durable.Harness, name string) (Agent, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	list, err := r.List(ctx, main.Store())
+	list, i, err := r.find(ctx, main.Store(), name)
 	if err != nil {
 		return Agent{}, err
-	}
-	i := slices.IndexFunc(list, func(a Agent) bool { return a.Name == name })
-	if i < 0 {
-		return Agent{}, fmt.Errorf("agent %q: %w", name, ErrNoAgent)
 	}
 	a := list[i]
 	if a.Builtin() {
@@ -286,6 +273,19 @@ func checkTargets(list []Agent, self string, targets []string) error {
 		}
 	}
 	return nil
+}
+
+// find returns the registry and the index of the agent called name in it.
+func (r *Registry) find(ctx context.Context, main *durable.Store, name string) ([]Agent, int, error) {
+	list, err := r.List(ctx, main)
+	if err != nil {
+		return nil, 0, err
+	}
+	i := slices.IndexFunc(list, func(a Agent) bool { return a.Name == name })
+	if i < 0 {
+		return nil, 0, fmt.Errorf("agent %q: %w", name, ErrNoAgent)
+	}
+	return list, i, nil
 }
 
 func checkCompact(n int) error {

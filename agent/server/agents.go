@@ -314,17 +314,12 @@ func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) {
 	if body.Model != "" && !s.knownModel(w, r, body.Model) {
 		return
 	}
-	if s.mainOr503(w, r) == nil {
+	main, unlock := s.lockOpen(w, r)
+	if main == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rts := s.runtimes()
-	if rts == nil {
-		problem.Write(w, http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
-		return
-	}
-	a, err := s.registry.Create(r.Context(), rts[agents.Main].h, body)
+	defer unlock()
+	a, err := s.registry.Create(r.Context(), main.h, body)
 	if err != nil {
 		s.agentProblem(w, err)
 		return
@@ -352,18 +347,12 @@ func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) {
 	if p.Model != nil && *p.Model != "" && !s.knownModel(w, r, *p.Model) {
 		return
 	}
-	if s.mainOr503(w, r) == nil {
+	main, unlock := s.lockOpen(w, r)
+	if main == nil {
 		return
 	}
-	name := r.PathValue("name")
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rts := s.runtimes()
-	if rts == nil {
-		problem.Write(w, http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
-		return
-	}
-	a, err := s.registry.Update(r.Context(), rts[agents.Main].h, name, p)
+	defer unlock()
+	a, err := s.registry.Update(r.Context(), main.h, r.PathValue("name"), p)
 	if err != nil {
 		s.agentProblem(w, err)
 		return
@@ -384,18 +373,14 @@ func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) {
 // agentDelete deletes an agent and its storage; main's trace keeps the
 // entry recording it.
 func (s *Server) agentDelete(w http.ResponseWriter, r *http.Request) {
-	if s.mainOr503(w, r) == nil {
+	main, unlock := s.lockOpen(w, r)
+	if main == nil {
 		return
 	}
+	defer unlock()
 	name := r.PathValue("name")
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	a, err := s.registry.Delete(r.Context(), main.h, name)
 	rts := s.runtimes()
-	if rts == nil {
-		problem.Write(w, http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
-		return
-	}
-	a, err := s.registry.Delete(r.Context(), rts[agents.Main].h, name)
 	if err != nil {
 		s.agentProblem(w, err)
 		return
@@ -424,6 +409,22 @@ func (s *Server) swap(change func(map[string]*runtime)) {
 	}
 	change(m)
 	s.rts = m
+}
+
+// lockOpen opens storage, takes s.mu (so no open or close runs meanwhile)
+// and returns main's runtime and the unlock; nil after it answered with a problem.
+func (s *Server) lockOpen(w http.ResponseWriter, r *http.Request) (*runtime, func()) {
+	if s.mainOr503(w, r) == nil {
+		return nil, nil
+	}
+	s.mu.Lock()
+	main := s.runtimes()[agents.Main]
+	if main == nil {
+		s.mu.Unlock()
+		problem.Write(w, http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
+		return nil, nil
+	}
+	return main, s.mu.Unlock
 }
 
 func (s *Server) mainOr503(w http.ResponseWriter, r *http.Request) *runtime {
