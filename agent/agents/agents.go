@@ -212,6 +212,7 @@ func (r *Registry) Update(ctx context.Context, main *durable.Harness, name strin
 		}
 		a = list[i]
 		a.Name = *p.Name
+		list[i] = a // the list checks below see the new name
 	}
 	if p.Model != nil {
 		a.Model = *p.Model

@@ -64,30 +64,21 @@ func schema(props string, required ...string) json.RawMessage {
 // hopsOf is the hop count of the run a tool call belongs to: 0 for a run
 // the owner started.
 func hopsOf(ctx context.Context, c durable.ToolCallContext) (int, error) {
-	t, err := c.Store.Task(ctx, c.RunID)
-	if err != nil {
-		return 0, fmt.Errorf("read run %d: %w", c.RunID, err)
-	}
-	if t.SubmissionID == 0 {
-		return 0, nil
-	}
-	sub, err := c.Store.Submission(ctx, t.SubmissionID)
-	if err != nil {
-		return 0, fmt.Errorf("read submission %d: %w", t.SubmissionID, err)
-	}
-	return sub.Input.Hops, nil
+	in, err := durable.RunInput(ctx, c.Store, c.RunID)
+	return in.Hops, err
 }
 
-// callKey names one tool call of one agent for good.
-func callKey(kind, self string, c durable.ToolCallContext) string {
-	return fmt.Sprintf("%s:%s:%d:%s", kind, self, c.RunID, c.CallID)
+// callKey names one tool call of one agent for good: by the agent's ID,
+// which a rename keeps, so a call replayed after a rename is the same delivery.
+func callKey(kind string, self Agent, c durable.ToolCallContext) string {
+	return fmt.Sprintf("%s:%s:%d:%s", kind, self.ID, c.RunID, c.CallID)
 }
 
 // SendMessage returns the send_message tool of agent self. It is safe to
 // replay: a delivery is keyed by its call, so a message sent just before a
 // crash is delivered once. It is not read-only, so it asks while outside
 // text is in the sender's context.
-func SendMessage(self string, hub Hub) durable.Tool {
+func SendMessage(self Agent, hub Hub) durable.Tool {
 	return durable.Tool{
 		Name:        "send_message",
 		Description: "Send a message to another of the owner's agents (one you may message) and wait for its reply, which comes back as outside text.",
@@ -111,7 +102,7 @@ func SendMessage(self string, hub Hub) durable.Tool {
 			if hops+1 > MaxHops {
 				return durable.ToolResult{}, fmt.Errorf("%w: this message would be hop %d of a chain, and chains stop at %d hops; answer instead of passing it on", ErrHopLimit, hops+1, MaxHops)
 			}
-			reply, err := hub.Deliver(ctx, Delivery{From: self, To: a.To, Text: a.Text, Hops: hops + 1, Key: callKey("msg", self, c)})
+			reply, err := hub.Deliver(ctx, Delivery{From: self.Name, To: a.To, Text: a.Text, Hops: hops + 1, Key: callKey("msg", self, c)})
 			if err != nil {
 				return durable.ToolResult{}, err
 			}
@@ -129,7 +120,7 @@ func SendMessage(self string, hub Hub) durable.Tool {
 // Delegate returns the delegate tool of agent self: the worker, which has
 // web tools and none of the owner's data, does the task and its answer
 // comes back as outside text with the pages it read.
-func Delegate(self string, hub Hub) durable.Tool {
+func Delegate(self Agent, hub Hub) durable.Tool {
 	return durable.Tool{
 		Name: "delegate",
 		Description: "Give a task to the worker, an agent that can fetch web pages and search the web but sees none of the owner's data " +
@@ -154,7 +145,7 @@ func Delegate(self string, hub Hub) durable.Tool {
 			if hops+1 > MaxHops {
 				return durable.ToolResult{}, fmt.Errorf("%w: delegating would be hop %d of a chain, and chains stop at %d hops", ErrHopLimit, hops+1, MaxHops)
 			}
-			reply, err := hub.Deliver(ctx, Delivery{From: self, To: Worker, Text: a.Task, Hops: hops + 1, Key: callKey("task", self, c)})
+			reply, err := hub.Deliver(ctx, Delivery{From: self.Name, To: Worker, Text: a.Task, Hops: hops + 1, Key: callKey("task", self, c)})
 			if err != nil {
 				return durable.ToolResult{}, err
 			}

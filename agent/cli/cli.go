@@ -204,8 +204,8 @@ func serve(ctx context.Context) error {
 		WorkerTools:  tools.WebTools(model),
 		WorkerSystem: workerPrompt,
 		// The owner hears of every approval through the notification path.
-		OnApproval: func(agent string, a durable.Approval) []durable.Task {
-			return []durable.Task{reminders.Notice(approvalNotice(agent, a, cmp.Or(id.User(), "<you>")), a.AskedAt)}
+		OnApproval: func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task {
+			return []durable.Task{reminders.Notice(approvalNotice(agent, a, proposal, cmp.Or(id.User(), "<you>")), a.AskedAt)}
 		},
 		Harness: durable.Options{
 			System:     systemPrompt,
@@ -273,7 +273,7 @@ func loadIdentity(dir string) (*identity.Store, error) {
 
 // approvalNotice is the owner's notification of an approval: the call,
 // its hash, why it asks and what "allow always" would add.
-func approvalNotice(agent string, a durable.Approval, user string) string {
+func approvalNotice(agent string, a durable.Approval, proposal *policy.Rule, user string) string {
 	route := fmt.Sprintf("/u/%s/approvals", user)
 	if agent != agents.Main {
 		route = fmt.Sprintf("/u/%s/agents/%s/approvals", user, agent)
@@ -283,8 +283,8 @@ func approvalNotice(agent string, a durable.Approval, user string) string {
 		args = strings.ToValidUTF8(args[:1500], "") + fmt.Sprintf(" [cut: %d bytes in all; GET %s shows them whole]", len(a.Arguments), route)
 	}
 	always := "allow always is not offered (no narrow rule fits this call)"
-	if r, err := policy.Proposed(a); err == nil {
-		always = "allow always would add the rule: " + r.Describe()
+	if proposal != nil {
+		always = "allow always would add the rule: " + proposal.Describe()
 	}
 	if len(always) > 600 {
 		always = strings.ToValidUTF8(always[:600], "") + "…"

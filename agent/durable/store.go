@@ -596,3 +596,21 @@ func (s *Store) RenameConversation(ctx context.Context, id int64, title string) 
 	}
 	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.title', ?) WHERE id = ?`, title, id)
 }
+
+// RunInput returns the input of the submission a run (a generation task)
+// answers: who sent it and at which hop. A task that answers no submission
+// has the zero Input.
+func RunInput(ctx context.Context, s *Store, run int64) (Input, error) {
+	t, err := s.Task(ctx, run)
+	if err != nil {
+		return Input{}, fmt.Errorf("read run %d: %w", run, err)
+	}
+	if t.SubmissionID == 0 {
+		return Input{}, nil
+	}
+	sub, err := s.Submission(ctx, t.SubmissionID)
+	if err != nil {
+		return Input{}, fmt.Errorf("read submission %d: %w", t.SubmissionID, err)
+	}
+	return sub.Input, nil
+}

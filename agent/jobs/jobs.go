@@ -57,6 +57,16 @@ type checkpoint struct {
 	LastRun  *time.Time `json:"last_run,omitempty"`
 	LastLate int64      `json:"last_late_ms,omitempty"`
 	Paused   bool       `json:"paused,omitempty"`
+	// LastTask is the run the job started last: while it has not ended (it
+	// waits for the owner, say), the job skips its times instead of queueing
+	// runs behind it.
+	LastTask int64 `json:"last_task,omitempty"`
+	// From and Hops are the origin of a job a run made that another agent's
+	// message started: its runs carry them on, as outside text from that
+	// agent at that hop, so a job neither launders a message into the
+	// owner's words nor restarts a chain's hop count.
+	From string `json:"from,omitempty"`
+	Hops int    `json:"hops,omitempty"`
 }
 
 // Job is one live job as the API and the tools show it.
@@ -72,6 +82,8 @@ type Job struct {
 	Runs           int        `json:"runs"`
 	LastRun        *time.Time `json:"last_run,omitempty"`
 	LastLateMs     int64      `json:"last_late_ms,omitempty"`
+	From           string     `json:"from,omitempty"` // the agent whose message led to the job; its runs are outside text from it
+	Hops           int        `json:"hops,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 }
 
@@ -130,6 +142,11 @@ func (s Spec) Validate() error {
 // conversation of the tool call that makes it), armed at its first time
 // after now. The caller commits it (AddTask, or with a tool's result).
 func New(ctx context.Context, store *durable.Store, conv int64, s Spec, now time.Time) (durable.Task, error) {
+	return newJob(ctx, store, conv, checkpoint{Spec: s}, now)
+}
+
+func newJob(ctx context.Context, store *durable.Store, conv int64, cp checkpoint, now time.Time) (durable.Task, error) {
+	s := cp.Spec
 	if err := s.Validate(); err != nil {
 		return durable.Task{}, err
 	}
@@ -145,7 +162,8 @@ func New(ctx context.Context, store *durable.Store, conv int64, s Spec, now time
 	if len(list) >= MaxJobs {
 		return durable.Task{}, fmt.Errorf("%w: an agent keeps at most %d jobs", ErrTooMany, MaxJobs)
 	}
-	raw, _ := json.Marshal(checkpoint{Spec: s, Next: next})
+	cp.Spec, cp.Next = s, next
+	raw, _ := json.Marshal(cp)
 	return durable.Task{ConversationID: conv, Kind: Kind, State: durable.Sleeping, Deadline: &next, Checkpoint: raw, Background: true}, nil
 }
 
@@ -167,31 +185,48 @@ func (Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (
 		return durable.StepResult{Task: t}, nil
 	}
 	missed := missedBetween(cp.Spec, due, now)
-	// The request id makes a rerun of this step (a crash before its commit
-	// is impossible to observe, but a reopen replays) admit nothing twice.
-	sub, gen, err := h.NewSubmission(t.ConversationID, durable.Input{Text: cp.Prompt,
-		RequestID: fmt.Sprintf("job-%d-%d", t.ID, due.Unix()), Options: map[string]string{"job": fmt.Sprint(t.ID)}})
-	if err != nil {
-		return durable.StepResult{}, err
-	}
+	late := now.Sub(due).Milliseconds()
 	id, err := h.Store().MintID()
 	if err != nil {
 		return durable.StepResult{}, err
 	}
-	late := now.Sub(due).Milliseconds()
-	data, _ := json.Marshal(map[string]any{"job": t.ID, "due": due, "fired": now, "late_ms": late, "missed": missed,
-		"next": next, "submission": sub.ID, "run": gen.ID})
+	rearm := func(text string, data map[string]any) durable.StepResult {
+		data["job"], data["due"], data["fired"], data["late_ms"], data["missed"], data["next"] = t.ID, due, now, late, missed, next
+		raw, _ := json.Marshal(data)
+		cp.Next = next
+		t.State, t.Deadline = durable.Sleeping, &next
+		t.Checkpoint, _ = json.Marshal(cp)
+		return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
+			Kind: durable.JobRunEntry, Text: text + "; next at " + next.Format(time.RFC3339), At: now, RunID: t.ID, Data: raw}}}
+	}
+	if cp.LastTask != 0 {
+		if last, err := h.Store().Task(ctx, cp.LastTask); err == nil && last.Live() {
+			return rearm(fmt.Sprintf("Scheduled job %d skipped its time %s: its last run (%d) has not ended; it may wait for your approval",
+				t.ID, due.Format(time.RFC3339), cp.LastTask), map[string]any{"skipped": true, "waiting_run": cp.LastTask}), nil
+		}
+	}
+	in := durable.Input{Text: cp.Prompt, RequestID: fmt.Sprintf("job-%d-%d", t.ID, due.Unix()),
+		Options: map[string]string{"job": fmt.Sprint(t.ID)}, From: cp.From, Hops: cp.Hops}
+	// A time already run (the clock stepped back) admits nothing again.
+	if sub, err := h.Store().SubmissionByRequest(ctx, t.ConversationID, in.RequestID); err == nil {
+		cp.LastTask = sub.TaskID
+		return rearm(fmt.Sprintf("Scheduled job %d: its time %s ran already", t.ID, due.Format(time.RFC3339)), map[string]any{"skipped": true}), nil
+	} else if !errors.Is(err, durable.ErrNotFound) {
+		return durable.StepResult{}, err
+	}
+	sub, gen, err := h.NewSubmission(t.ConversationID, in)
+	if err != nil {
+		return durable.StepResult{}, err
+	}
 	text := fmt.Sprintf("Scheduled job %d ran (due %s, %d ms late", t.ID, due.Format(time.RFC3339), late)
 	if missed > 0 {
 		text += fmt.Sprintf("; %d earlier times were missed while the agent was down and are not run again", missed)
 	}
-	text += "); next at " + next.Format(time.RFC3339)
-	entry := durable.Entry{ID: id, ConversationID: t.ConversationID, Kind: durable.JobRunEntry, Text: text, At: now, RunID: t.ID, Data: data}
 	cp.Runs++
-	cp.LastRun, cp.LastLate, cp.Next = &now, late, next
-	t.State, t.Deadline = durable.Sleeping, &next
-	t.Checkpoint, _ = json.Marshal(cp)
-	return durable.StepResult{Task: t, Entries: []durable.Entry{entry}, Submissions: []durable.Submission{sub}, NewTasks: []durable.Task{gen}}, nil
+	cp.LastRun, cp.LastLate, cp.LastTask = &now, late, gen.ID
+	res := rearm(text+")", map[string]any{"submission": sub.ID, "run": gen.ID})
+	res.Submissions, res.NewTasks = []durable.Submission{sub}, []durable.Task{gen}
+	return res, nil
 }
 
 // missedBetween counts the times of s after due and up to now (at most 1000).
@@ -224,7 +259,7 @@ func view(t durable.Task) (Job, bool) {
 		return Job{}, false
 	}
 	j := Job{ID: t.ID, ConversationID: t.ConversationID, Name: cp.Name, Cron: cp.Cron, TZ: cp.zone(), Prompt: cp.Prompt,
-		State: "scheduled", Runs: cp.Runs, LastRun: cp.LastRun, LastLateMs: cp.LastLate, CreatedAt: t.CreatedAt}
+		State: "scheduled", Runs: cp.Runs, LastRun: cp.LastRun, LastLateMs: cp.LastLate, From: cp.From, Hops: cp.Hops, CreatedAt: t.CreatedAt}
 	if cp.Paused {
 		j.State = "paused"
 	} else {

@@ -187,3 +187,88 @@ func TestInvalidSpecs(t *testing.T) {
 		}
 	}
 }
+
+// asker is a policy under which every tool asks the owner.
+type asker struct{}
+
+func (asker) Check(context.Context, durable.PolicyQuery) (durable.Verdict, error) {
+	return durable.Verdict{Effect: durable.Ask, Reason: "asks"}, nil
+}
+
+// callsTool answers every prompt with a call of "poke".
+type callsTool struct{}
+
+func (callsTool) Stream(_ context.Context, req durable.ModelRequest, _ func(string)) (durable.ModelResponse, error) {
+	if req.Messages[len(req.Messages)-1].Role == "tool" {
+		return durable.ModelResponse{Text: "poked"}, nil
+	}
+	return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "c1", Name: "poke", Arguments: json.RawMessage(`{}`)}}}, nil
+}
+
+// A job whose run waits for the owner skips its later times instead of
+// queueing runs behind it, and leaves nothing due now, so the sandbox may
+// sleep until its next time (what was tried: three times pass while the
+// first run waits).
+func TestJobSkipsWhileItsRunWaits(t *testing.T) {
+	ctx := context.Background()
+	c := &clock{now: time.Date(2026, 12, 2, 10, 0, 30, 0, time.UTC)}
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "session.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := durable.OpenStore(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poke := durable.Tool{Name: "poke", Execute: func(context.Context, durable.ToolCallContext, json.RawMessage) (durable.ToolResult, error) {
+		return durable.ToolResult{Output: "ok"}, nil
+	}}
+	h, err := durable.Open(ctx, st, durable.Options{Model: callsTool{}, DefaultModel: "m", Now: c.Now, Tools: []durable.Tool{poke},
+		Policy: asker{}, Kinds: map[string]durable.TaskKind{jobs.Kind: jobs.Task{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	task, err := jobs.New(ctx, st, durable.RootConversation, jobs.Spec{Cron: "* * * * *", Prompt: "poke it"}, c.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for minute := 1; minute <= 3; minute++ {
+		c.Set(time.Date(2026, 12, 2, 10, minute, 1, 0, time.UTC))
+		h.Wake()
+		for {
+			if len(runs(t, h)) >= minute {
+				break
+			}
+			select {
+			case <-wctx.Done():
+				t.Fatalf("minute %d: the job did not step", minute)
+			case <-h.Changed():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if err := h.WaitIdle(wctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := runs(t, h)
+	if got[0]["skipped"] != nil || got[1]["skipped"] != true || got[2]["skipped"] != true {
+		t.Fatalf("runs %v: want the first to run and the next two skipped", got)
+	}
+	subs, _ := st.Submissions(ctx, nil, durable.Scan{Limit: 10})
+	if len(subs.Items) != 1 {
+		t.Fatalf("%d submissions, want the one run waiting", len(subs.Items))
+	}
+	due, _ := h.NextDueAt(ctx)
+	if want := time.Date(2026, 12, 2, 10, 4, 0, 0, time.UTC); !due.Equal(want) {
+		t.Fatalf("next due %v, want the job's next time %v (nothing due now while the run waits)", due, want)
+	}
+}

@@ -32,7 +32,11 @@ func Tools() []durable.Tool {
 				if err := json.Unmarshal(args, &s); err != nil {
 					return durable.ToolResult{}, fmt.Errorf("invalid arguments: %w", err)
 				}
-				t, err := New(ctx, c.Store, 0, s, c.Now)
+				origin, err := durable.RunInput(ctx, c.Store, c.RunID)
+				if err != nil {
+					return durable.ToolResult{}, err
+				}
+				t, err := newJob(ctx, c.Store, 0, checkpoint{Spec: s, From: origin.From, Hops: origin.Hops}, c.Now)
 				if err != nil {
 					return durable.ToolResult{}, err
 				}

@@ -76,32 +76,37 @@ func (s *Server) openAll(ctx context.Context) error {
 		}
 	}
 	for _, a := range list {
-		if a.ID == agents.Main && a.Model == "" {
+		if a.ID == agents.Main && a.Model == "" && a.CompactTokens == 0 {
 			main.agent = a
 			rts[a.Name] = main
 			continue
 		}
-		if a.ID == agents.Main { // main with a model of its own
+		if a.ID == agents.Main { // main with settings of its own
 			main.h.Close()
 		}
 		rt, err := s.openAgent(ctx, a)
-		if err != nil {
+		switch {
+		case err != nil && a.ID == agents.Main:
 			closeAll()
 			return fmt.Errorf("open agent %s: %w", a.Name, err)
+		case err != nil:
+			// One agent's storage failing must not take the others (or the
+			// route that deletes it) down with it: its routes answer 404.
+			s.cfg.Log.Error("open agent: it stays closed", "agent", a.Name, "err", err)
+			continue
 		}
 		rts[a.Name] = rt
-		if a.ID == agents.Main {
-			main = rt
-		}
 	}
 	s.removeUnregistered(list)
+	// Published before anything runs: a replayed send_message finds its receiver.
+	s.setRuntimes(rts)
 	for _, rt := range rts {
 		if err := rt.h.Resume(); err != nil {
+			s.setRuntimes(nil)
 			closeAll()
 			return err
 		}
 	}
-	s.setRuntimes(rts)
 	s.writeStatus(ctx, true)
 	s.cfg.Log.Info("storage opened", "db", s.cfg.SessionDB, "agents", len(rts))
 	return nil
@@ -140,6 +145,15 @@ func (s *Server) openAgent(ctx context.Context, a agents.Agent) (*runtime, error
 	opts := s.harnessOptions(a)
 	rt := &runtime{agent: a, book: &policy.Book{Tools: opts.Tools, HoldsNoOwnerData: a.Kind == agents.KindWorker}}
 	opts.Policy = rt.book
+	if s.cfg.OnApproval != nil {
+		opts.OnApproval = func(ap durable.Approval) []durable.Task {
+			var proposal *policy.Rule
+			if r, err := rt.book.Proposal(ap); err == nil {
+				proposal = &r
+			}
+			return s.cfg.OnApproval(a.Name, ap, proposal)
+		}
+	}
 	h, err := durable.Open(ctx, store, opts)
 	if err != nil {
 		store.Close()
@@ -159,7 +173,7 @@ func (s *Server) harnessOptions(a agents.Agent) durable.Options {
 	case agents.KindWorker:
 		opts.Tools, opts.System = s.cfg.WorkerTools, cmp.Or(s.cfg.WorkerSystem, opts.System)
 	default:
-		opts.Tools = append(slices.Clone(s.tools), agents.SendMessage(a.Name, s), agents.Delegate(a.Name, s))
+		opts.Tools = append(slices.Clone(s.tools), agents.SendMessage(a, s), agents.Delegate(a, s))
 		opts.Gate = citations.Gate(s.corpus)
 		// A reply that must carry verified citations is shown once it passed.
 		opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }
@@ -170,12 +184,9 @@ func (s *Server) harnessOptions(a agents.Agent) durable.Options {
 			opts.Compaction.HardCap = n * 85 / 60 // the sandbox's ratio of cap to threshold
 		}
 	}
-	id, name := a.ID, a.Name
+	id := a.ID
 	opts.OnDelta = func(conv, run int64, text string) { s.deltas.publish(id, conv, run, text) }
 	opts.OnScheduled = func(at time.Time) { s.dues.set(id, at) }
-	if s.cfg.OnApproval != nil {
-		opts.OnApproval = func(ap durable.Approval) []durable.Task { return s.cfg.OnApproval(name, ap) }
-	}
 	return opts
 }
 
@@ -451,33 +462,46 @@ func (s *Server) agentProblem(w http.ResponseWriter, err error) {
 // delivery, so a replay admits nothing twice) and waits for the reply.
 func (s *Server) Deliver(ctx context.Context, d agents.Delivery) (agents.Reply, error) {
 	rts := s.runtimes()
-	from, to := rts[d.From], rts[d.To]
-	switch {
-	case rts == nil || from == nil && s.closing.Load():
+	main, to := rts[agents.Main], rts[d.To]
+	if main == nil || s.closing.Load() {
 		return agents.Reply{}, s.closingErr(ctx)
-	case from == nil:
-		return agents.Reply{}, fmt.Errorf("agent %q: %w", d.From, agents.ErrNoAgent)
+	}
+	// The registry as it is now, not as it was when the sender opened: a
+	// list changed since (or an agent deleted and made again) counts.
+	from, err := s.registry.Get(ctx, main.h.Store(), d.From)
+	switch {
+	case err != nil && s.closing.Load():
+		return agents.Reply{}, s.closingErr(ctx)
+	case err != nil:
+		return agents.Reply{}, err
 	case to == nil:
 		return agents.Reply{}, fmt.Errorf("agent %q: %w", d.To, agents.ErrNoAgent)
+	case from.Kind == agents.KindWorker:
+		return agents.Reply{}, fmt.Errorf("%w: the worker messages no agent", agents.ErrNotAllowed)
 	case d.To == agents.Worker && !strings.HasPrefix(d.Key, "task:"):
 		return agents.Reply{}, fmt.Errorf("%w: the worker takes tasks through delegate", agents.ErrNotAllowed)
-	case d.To != agents.Worker && !slices.Contains(from.agent.MayMessage, d.To):
-		return agents.Reply{}, fmt.Errorf("%w: %s may message %s", agents.ErrNotAllowed, d.From, listOrNone(from.agent.MayMessage))
-	case from.agent.Kind == agents.KindWorker:
-		return agents.Reply{}, fmt.Errorf("%w: the worker messages no agent", agents.ErrNotAllowed)
+	case d.To != agents.Worker && !slices.Contains(from.MayMessage, d.To):
+		return agents.Reply{}, fmt.Errorf("%w: %s may message %s", agents.ErrNotAllowed, d.From, listOrNone(from.MayMessage))
 	}
 	h := to.h
 	conv, err := s.inbox(ctx, h, d)
-	if err != nil {
-		return agents.Reply{}, err
+	if err == nil {
+		var sub durable.Submission
+		if sub, err = h.Submit(ctx, conv, durable.Input{Text: d.Text, RequestID: d.Key, From: d.From, Hops: d.Hops}); err == nil {
+			return s.awaitReply(ctx, h, d, conv, sub)
+		}
 	}
-	sub, err := h.Submit(ctx, conv, durable.Input{Text: d.Text, RequestID: d.Key, From: d.From, Hops: d.Hops})
-	if err != nil {
-		return agents.Reply{}, fmt.Errorf("deliver to %s: %w", d.To, err)
+	if s.closing.Load() || errors.Is(err, durable.ErrClosed) { // storage closes under the sender too: it replays on reopen
+		return agents.Reply{}, s.closingErr(ctx)
 	}
+	return agents.Reply{}, fmt.Errorf("deliver to %s: %w", d.To, err)
+}
+
+// awaitReply waits for the receiver's answer to sub.
+func (s *Server) awaitReply(ctx context.Context, h *durable.Harness, d agents.Delivery, conv int64, sub durable.Submission) (agents.Reply, error) {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.MessageTimeout)
 	defer cancel()
-	sub, err = h.WaitSubmission(wctx, sub.ID)
+	sub, err := h.WaitSubmission(wctx, sub.ID)
 	switch {
 	case ctx.Err() != nil:
 		return agents.Reply{}, ctx.Err()
@@ -507,10 +531,15 @@ func (s *Server) Deliver(ctx context.Context, d agents.Delivery) (agents.Reply, 
 }
 
 // closingErr waits for the sender's step to be cancelled by the storage
-// closing under it: its tool call then replays on reopen.
+// closing under it (its tool call then replays on reopen); if storage did
+// not close after all within a minute, the delivery fails instead.
 func (s *Server) closingErr(ctx context.Context) error {
-	<-ctx.Done()
-	return ctx.Err()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		return errors.New("the agents' storage was closing; send again")
+	}
 }
 
 // inbox returns the receiver's conversation for delivery d, making it on

@@ -417,3 +417,91 @@ func TestJobsThroughTheAPIAndTheTool(t *testing.T) {
 		t.Fatalf("list_jobs %v", m["reply"])
 	}
 }
+
+// Attack: an agent's may_message list is read as it is now. Main may message
+// bob; bob is deleted (which takes him off every list) and made again: main
+// may not message the new bob until the owner says so.
+func TestMayMessageIsReadFromTheRegistryNow(t *testing.T) {
+	a := newAgent(t)
+	a.must("POST", "/agents", `{"name":"bob"}`, 201)
+	a.must("PATCH", "/agents/main", `{"may_message":["bob"]}`, 200)
+	a.allow("send_message")
+	if m := a.prompt("message bob: hi"); !strings.Contains(fmt.Sprint(m["reply"]), "bob replied") {
+		t.Fatalf("before: %v", m)
+	}
+	a.must("DELETE", "/agents/bob", "", 200)
+	a.must("POST", "/agents", `{"name":"bob"}`, 201)
+	a.must("POST", "/reset", "", 200) // bob's reply (outside text) would make the call ask
+	if m := a.prompt("message bob: hi again"); !strings.Contains(fmt.Sprint(m["reply"]), "may message no agent") {
+		t.Fatalf("after bob was deleted and made again: %v", m)
+	}
+	for _, c := range a.conversations("/agents/bob") {
+		if strings.HasPrefix(fmt.Sprint(c["title"]), "message from") {
+			t.Fatalf("the new bob received %v", c)
+		}
+	}
+	// A rename cannot leave a list naming the old name for a later agent.
+	a.must("POST", "/agents", `{"name":"carol"}`, 201)
+	a.must("PATCH", "/agents/carol", `{"name":"carl","may_message":["carol"]}`, 400)
+}
+
+// A message whose sender is renamed while it waits for the reply (the
+// agents reopen, the call replays) is delivered once.
+func TestRenamedSenderDeliversOnce(t *testing.T) {
+	a := newAgent(t)
+	a.must("POST", "/agents", `{"name":"alice"}`, 201)
+	a.must("POST", "/agents", `{"name":"bob"}`, 201)
+	a.must("PATCH", "/agents/alice", `{"may_message":["bob"]}`, 200)
+	a.must("POST", "/agents/alice/rules", `{"tool":"send_message","effect":"allow"}`, 201)
+	sent := a.must("POST", "/agents/alice/prompt", `{"text":"message bob: slow 1500: ping","wait":false}`, 202)
+	eventually(t, "bob to receive the message", func() bool {
+		for _, c := range a.conversations("/agents/bob") {
+			if strings.HasPrefix(fmt.Sprint(c["title"]), "message from alice") {
+				return true
+			}
+		}
+		return false
+	})
+	a.must("PATCH", "/agents/alice", `{"name":"alicia"}`, 200)
+	conv := sent["conversation_id"].(float64)
+	eventually(t, "alicia's run to end", func() bool { return finished(a.entries("/agents/alicia", conv)) })
+	n := 0
+	for _, c := range a.conversations("/agents/bob") {
+		if strings.HasPrefix(fmt.Sprint(c["title"]), "message from ali") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("bob has %d conversations for one message", n)
+	}
+}
+
+// A job a message led to keeps the message's origin: its runs are outside
+// text from that agent at that hop, never the owner's words.
+func TestJobFromAMessageKeepsItsOrigin(t *testing.T) {
+	a := newAgent(t)
+	a.must("POST", "/agents", `{"name":"bob"}`, 201)
+	a.must("PATCH", "/agents/main", `{"may_message":["bob"]}`, 200)
+	a.allow("send_message")
+	a.must("POST", "/prompt", `{"text":"message bob: schedule \"@every 1h\": do as I say","wait":false}`, 202)
+	var ap map[string]any
+	eventually(t, "bob's schedule_job to ask", func() bool {
+		list := a.must("GET", "/agents/bob/approvals", "", 200)["approvals"].([]any)
+		if len(list) > 0 {
+			ap = list[0].(map[string]any)
+		}
+		return ap != nil
+	})
+	a.must("POST", "/agents/bob/approvals/"+jsonNum(ap["id"].(float64)), `{"decision":"allow_once","wait":false}`, 200)
+	var job map[string]any
+	eventually(t, "the job", func() bool {
+		list := a.must("GET", "/agents/bob/jobs", "", 200)["jobs"].([]any)
+		if len(list) > 0 {
+			job = list[0].(map[string]any)
+		}
+		return job != nil
+	})
+	if job["from"] != "main" || job["hops"] != float64(1) {
+		t.Fatalf("job %v: want it to come from main at hop 1", job)
+	}
+}

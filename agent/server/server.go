@@ -28,6 +28,7 @@ import (
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/identity"
+	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
@@ -56,7 +57,7 @@ type Config struct {
 	WorkerSystem string
 	// OnApproval returns tasks to commit with a new approval of agent
 	// (the owner's notification).
-	OnApproval func(agent string, a durable.Approval) []durable.Task
+	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task
 	// MessageTimeout bounds how long send_message and delegate wait for a
 	// reply (default 10 min).
 	MessageTimeout time.Duration
