@@ -55,7 +55,6 @@ func (e *Engine) ensurePolicy(ctx context.Context, n provision.Names) error {
 	return nil
 }
 
-
 // EnsureVolumes creates the sandbox's two claims. A claim still being
 // deleted (a reset just before) is waited out and made anew.
 func (e *Engine) EnsureVolumes(ctx context.Context, n provision.Names) error {
