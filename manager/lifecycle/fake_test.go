@@ -35,6 +35,7 @@ type fakeEngine struct {
 	gate       chan struct{} // if set, each create waits for a value
 	events     chan provision.Event
 	failCreate bool
+	bare       bool // no networks: Create needs only the volumes
 }
 
 func newFakeEngine() *fakeEngine {
@@ -82,7 +83,7 @@ func (e *fakeEngine) Create(ctx context.Context, n provision.Names, sn netip.Pre
 		e.mu.Unlock()
 		return provision.Container{}, fmt.Errorf("create %s: engine refused", n.Sandbox)
 	}
-	if e.networks[n.Sandbox] == "" || !e.volumes[n.SessionVolume()] || !e.volumes[n.WorkspaceVolume()] {
+	if (e.networks[n.Sandbox] == "" && !e.bare) || !e.volumes[n.SessionVolume()] || !e.volumes[n.WorkspaceVolume()] {
 		e.mu.Unlock()
 		return provision.Container{}, fmt.Errorf("create %s: network or volumes missing", n.Sandbox)
 	}
