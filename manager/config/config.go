@@ -236,7 +236,7 @@ func Load() (Config, error) {
 	case "docker":
 	case "kubernetes":
 		c.Kube = Kube{
-			Namespace:      str("AFFIDO_KUBE_NAMESPACE", "affido-sandboxes"),
+			Namespace:      str("AFFIDO_KUBE_NAMESPACE", "affido"),
 			Kubeconfig:     os.Getenv("AFFIDO_KUBECONFIG"),
 			StorageClass:   os.Getenv("AFFIDO_KUBE_STORAGE_CLASS"),
 			VolumeSize:     str("AFFIDO_KUBE_VOLUME_SIZE", "1Gi"),
