@@ -25,26 +25,27 @@ const (
 )
 
 // key is sandbox as a Kubernetes name segment and label value: lowercase
-// letters, digits, '-' and '.', starting and ending with a letter or digit.
+// letters, digits and '-', starting and ending with a letter or digit (a
+// DNS label, since a Pod's name becomes its hostname).
 // A name that is not one already, or is long, is cut and given a hash of
 // itself, so two sandboxes never share a key.
 func key(sandbox string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(sandbox) {
 		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '.':
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
 			b.WriteRune(r)
 		default:
 			b.WriteRune('-')
 		}
 	}
-	k := strings.Trim(b.String(), "-.")
+	k := strings.Trim(b.String(), "-")
 	if k == sandbox && len(k) <= 40 {
 		return k
 	}
 	sum := sha256.Sum256([]byte(sandbox))
 	if len(k) > 40 {
-		k = strings.TrimRight(k[:40], "-.")
+		k = strings.TrimRight(k[:40], "-")
 	}
 	if k == "" {
 		return "s-" + hex.EncodeToString(sum[:4])

@@ -29,6 +29,7 @@ func (c Config) meta(name string, n provision.Names) metav1.ObjectMeta {
 // RuntimeDefault, no service-account token and resource limits hold
 // throughout.
 func (c Config) Pod(n provision.Names) *corev1.Pod {
+	c.defaults()
 	root := int64(0)
 	env := []corev1.EnvVar{}
 	for _, kv := range provision.AgentEnv(c.AgentPort, c.GatewayURL, c.CallerIP, c.Env) {
@@ -99,6 +100,7 @@ func (c Config) Pod(n provision.Names) *corev1.Pod {
 // Claims are the sandbox's two volumes: the session (/data) and the
 // workspace (/workspace).
 func (c Config) Claims(n provision.Names) []*corev1.PersistentVolumeClaim {
+	c.defaults()
 	var out []*corev1.PersistentVolumeClaim
 	for _, name := range []string{sessionClaim(n), workspaceClaim(n)} {
 		pvc := &corev1.PersistentVolumeClaim{
@@ -121,6 +123,7 @@ func (c Config) Claims(n provision.Names) []*corev1.PersistentVolumeClaim {
 // port; out, only Caddy's Pods on the gateway port (the Pod resolves
 // "gateway" from its hosts file, so it needs no DNS).
 func (c Config) Policy(n provision.Names) *netv1.NetworkPolicy {
+	c.defaults()
 	tcp := corev1.ProtocolTCP
 	caddy := []netv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: c.CaddyLabels}}}
 	return &netv1.NetworkPolicy{

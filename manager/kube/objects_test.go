@@ -62,7 +62,7 @@ func TestObjectsGolden(t *testing.T) {
 func TestKey(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"alice", "alice"},
-		{"pool.0123456789abcdef", "pool.0123456789abcdef"},
+		{"pool.0123456789abcdef", "pool-0123456789abcdef-"},
 		{"Alice", "alice-"},
 		{"alice_", "alice-"},
 		{"__", "s-"},
