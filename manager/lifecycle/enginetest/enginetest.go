@@ -40,6 +40,9 @@ type Harness struct {
 	Volumes func(sandbox string) bool
 	// Timeout bounds every wait of the suite (default 20 s).
 	Timeout time.Duration
+	// Subnets is the pool sandbox subnets are cut from (default
+	// 10.99.0.0/16); an engine that makes real networks needs a free one.
+	Subnets netip.Prefix
 }
 
 // Run runs every case, each on a fresh Harness.
@@ -64,6 +67,9 @@ func Run(t *testing.T, fresh func(t *testing.T) Harness) {
 			if h.Timeout == 0 {
 				h.Timeout = 20 * time.Second
 			}
+			if !h.Subnets.IsValid() {
+				h.Subnets = netip.MustParsePrefix("10.99.0.0/16")
+			}
 			s := &suite{t: t, h: h, reg: lifecycletest.NewRegistry(), agents: lifecycletest.NewAgents(h.Locate)}
 			c.run(s)
 		})
@@ -84,7 +90,7 @@ const image = "sha256:contract"
 func (s *suite) manager(cfg lifecycle.Config) (m *lifecycle.Manager, stop func()) {
 	s.t.Helper()
 	cfg.Stack = s.h.Stack
-	cfg.Subnets = netip.MustParsePrefix("10.99.0.0/16")
+	cfg.Subnets = s.h.Subnets
 	cfg.ImageID = image
 	cfg.Tick = 20 * time.Millisecond
 	cfg.ProbeInterval = 5 * time.Millisecond
