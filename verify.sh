@@ -47,6 +47,17 @@ count_go() { # count_go LOGFILE: add go test's PASS/FAIL lines to the totals
   failed=$((failed + f))
 }
 
+report_go() { # report_go LOGFILE RC WHAT: show a go test run's outcome, count it
+  local log=$1 rc=$2 what=$3
+  grep -E '^(ok|FAIL|---|panic)|^\s+--- FAIL' "$log" | grep -vE '^\s*--- PASS' || true
+  count_go "$log"
+  if [[ $rc -ne 0 ]]; then
+    # a failure with no failing test (a build error, a panic) still counts
+    [[ $(grep -cE '^\s*--- FAIL' "$log" || true) -gt 0 ]] || failed=$((failed + 1))
+    echo "$what failed; full log: $log" >&2
+  fi
+}
+
 step_vet() {
   echo "==> go vet"
   go vet ./... && go vet -tags e2e ./e2e-test/
@@ -58,12 +69,7 @@ step_unit() {
   # The crash suite alone takes over 10 min with --stress on a 2-core VM.
   # The tests that need the API server run in step_k8s, once it is built.
   AFFIDO_SKIP_K8S=1 go test -race -count=1 -timeout 30m -v ./... >"$LOG/unit.log" 2>&1 || rc=$?
-  grep -E '^(ok|FAIL|---|panic)|^\s+--- FAIL' "$LOG/unit.log" | grep -vE '^\s*--- PASS' || true
-  count_go "$LOG/unit.log"
-  if [[ $rc -ne 0 ]]; then
-    [[ $(grep -cE '^\s*--- FAIL' "$LOG/unit.log" || true) -gt 0 ]] || failed=$((failed + 1))
-    echo "unit tests failed; full log: $LOG/unit.log" >&2
-  fi
+  report_go "$LOG/unit.log" "$rc" "unit tests"
 }
 
 step_e2e() {
@@ -106,12 +112,7 @@ step_k8s() {
   dir=$(tail -n 1 "$LOG/k8s-assets.log")
   echo "==> Kubernetes tests (binaries in $dir, ready after $((SECONDS - K8S_T0)) s)"
   AFFIDO_REQUIRE_K8S=1 KUBEBUILDER_ASSETS=$dir go test -race -count=1 -timeout 10m -v ./manager/kube/ >"$LOG/k8s.log" 2>&1 || rc=$?
-  grep -E '^(ok|FAIL|---|panic)|^\s+--- FAIL' "$LOG/k8s.log" | grep -vE '^\s*--- PASS' || true
-  count_go "$LOG/k8s.log"
-  if [[ $rc -ne 0 ]]; then
-    [[ $(grep -cE '^\s*--- FAIL' "$LOG/k8s.log" || true) -gt 0 ]] || failed=$((failed + 1))
-    echo "Kubernetes tests failed; full log: $LOG/k8s.log" >&2
-  fi
+  report_go "$LOG/k8s.log" "$rc" "Kubernetes tests"
 }
 
 cleanup() {

@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -44,8 +46,8 @@ func startKubelet(t *testing.T, cs kubernetes.Interface, ns string) *kubelet {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); k.follow(ctx, k.pods) }()
-	go func() { defer wg.Done(); k.follow(ctx, k.claims) }()
+	go func() { defer wg.Done(); follow(ctx, k.listPods, k.watchPods, k.pod) }()
+	go func() { defer wg.Done(); follow(ctx, k.listClaims, k.watchClaims, k.claim) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	return k
 }
@@ -58,36 +60,72 @@ func (k *kubelet) locate(ep netip.AddrPort) (string, bool) {
 	return key, ok
 }
 
-// follow runs one watch loop (pods or claims) until ctx ends, listing and
-// handling everything again whenever the watch breaks.
-func (k *kubelet) follow(ctx context.Context, loop func(context.Context) error) {
+// follow lists what list returns and handles every item, then handles
+// the watch's events from that list on; again whenever the watch breaks,
+// until ctx ends.
+func follow[T runtime.Object](ctx context.Context, list func(context.Context) ([]T, string, error),
+	watchFrom func(context.Context, string) (watch.Interface, error), handle func(context.Context, T, bool)) {
 	for ctx.Err() == nil {
-		if err := loop(ctx); err != nil && ctx.Err() == nil {
-			fmt.Printf("fake kubelet: %v\n", err)
+		items, rv, err := list(ctx)
+		if err != nil {
+			backoff(ctx)
+			continue
 		}
+		for _, it := range items {
+			handle(ctx, it, false)
+		}
+		w, err := watchFrom(ctx, rv)
+		if err != nil {
+			backoff(ctx)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if obj, ok := ev.Object.(T); ok {
+				handle(ctx, obj, ev.Type == watch.Deleted)
+			}
+		}
+		w.Stop()
 	}
 }
 
-func (k *kubelet) pods(ctx context.Context) error {
-	api := k.cs.CoreV1().Pods(k.ns)
-	list, err := api.List(ctx, metav1.ListOptions{})
+// backoff waits a little before the API server is asked again.
+func backoff(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func (k *kubelet) listPods(ctx context.Context) ([]*corev1.Pod, string, error) {
+	l, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	for i := range list.Items {
-		k.pod(ctx, &list.Items[i], false)
+	out := make([]*corev1.Pod, len(l.Items))
+	for i := range l.Items {
+		out[i] = &l.Items[i]
 	}
-	w, err := api.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	return out, l.ResourceVersion, nil
+}
+
+func (k *kubelet) watchPods(ctx context.Context, rv string) (watch.Interface, error) {
+	return k.cs.CoreV1().Pods(k.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+}
+
+func (k *kubelet) listClaims(ctx context.Context) ([]*corev1.PersistentVolumeClaim, string, error) {
+	l, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		if pod, ok := ev.Object.(*corev1.Pod); ok {
-			k.pod(ctx, pod, ev.Type == watch.Deleted)
-		}
+	out := make([]*corev1.PersistentVolumeClaim, len(l.Items))
+	for i := range l.Items {
+		out[i] = &l.Items[i]
 	}
-	return nil
+	return out, l.ResourceVersion, nil
+}
+
+func (k *kubelet) watchClaims(ctx context.Context, rv string) (watch.Interface, error) {
+	return k.cs.CoreV1().PersistentVolumeClaims(k.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 }
 
 func (k *kubelet) pod(ctx context.Context, pod *corev1.Pod, deleted bool) {
@@ -156,31 +194,10 @@ func (k *kubelet) run(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-func (k *kubelet) claims(ctx context.Context) error {
-	api := k.cs.CoreV1().PersistentVolumeClaims(k.ns)
-	list, err := api.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for i := range list.Items {
-		k.claim(ctx, &list.Items[i])
-	}
-	w, err := api.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		if pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && ev.Type != watch.Deleted {
-			k.claim(ctx, pvc)
-		}
-	}
-	return nil
-}
-
-func (k *kubelet) claim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) {
+func (k *kubelet) claim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, deleted bool) {
 	api := k.cs.CoreV1().PersistentVolumeClaims(k.ns)
 	switch {
+	case deleted:
 	case pvc.DeletionTimestamp != nil && len(pvc.Finalizers) > 0:
 		_, _ = api.Patch(ctx, pvc.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	case pvc.DeletionTimestamp == nil && pvc.Status.Phase != corev1.ClaimBound:
