@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 )
@@ -51,12 +52,6 @@ func manifests(t *testing.T) []*unstructured.Unstructured {
 func TestManifestsDryRun(t *testing.T) {
 	cfg, cs := apiServer(t)
 	ctx := context.Background()
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn := dynamic.NewForConfigOrDie(cfg)
 	objs := manifests(t)
 	kinds := map[string]int{}
 	for _, o := range objs {
@@ -67,33 +62,8 @@ func TestManifestsDryRun(t *testing.T) {
 			t.Errorf("the manifests have no %s", want)
 		}
 	}
-	for _, pass := range []bool{true, false} { // namespaces first, for real
-		for _, o := range objs {
-			if (o.GetKind() == "Namespace") != pass {
-				continue
-			}
-			gvk := o.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
-			}
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if ns := o.GetNamespace(); ns != "" {
-				ri = dyn.Resource(m.Resource).Namespace(ns)
-			}
-			opts := metav1.CreateOptions{FieldValidation: "Strict"}
-			if !pass {
-				opts.DryRun = []string{metav1.DryRunAll}
-			}
-			_, err = ri.Create(ctx, o, opts)
-			if pass && apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			if err != nil {
-				t.Errorf("%s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
-			}
-		}
-	}
+	apply(t, cfg, pick(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Namespace" }), false)
+	apply(t, cfg, pick(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() != "Namespace" }), true)
 	// A dry run stores nothing.
 	if deps, err := cs.AppsV1().Deployments("affido").List(ctx, metav1.ListOptions{}); err != nil || len(deps.Items) != 0 {
 		t.Fatalf("after a dry run: %d deployments, %v", len(deps.Items), err)
@@ -101,6 +71,50 @@ func TestManifestsDryRun(t *testing.T) {
 	if d := replicas(objs, "affido-manager"); d != 2 {
 		t.Errorf("the manager Deployment has %d replicas, want 2", d)
 	}
+}
+
+// apply creates objs on the API server (dryRun: validated and admitted,
+// not stored); an object that exists already is left as it is.
+func apply(t *testing.T, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if ns := o.GetNamespace(); ns != "" {
+			ri = dyn.Resource(m.Resource).Namespace(ns)
+		}
+		opts := metav1.CreateOptions{FieldValidation: "Strict"}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = ri.Create(context.Background(), o, opts)
+		if !dryRun && apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+func pick(objs []*unstructured.Unstructured, keep func(*unstructured.Unstructured) bool) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if keep(o) {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func replicas(objs []*unstructured.Unstructured, name string) int64 {
