@@ -27,7 +27,10 @@ func (c Config) meta(name string, n provision.Names) metav1.ObjectMeta {
 // start and any added capability but NET_BIND_SERVICE. After start-up no
 // process holds a capability; no_new_privs, a read-only root, seccomp
 // RuntimeDefault, no service-account token and resource limits hold
-// throughout.
+// throughout. Before it, an init container holding CAP_CHOWN and
+// CAP_FOWNER (both allowed by "baseline") gives fresh claims, which are
+// root's, to the agent's uids (privsep.Own); Docker volumes get the
+// image's ownership instead.
 func (c Config) Pod(n provision.Names) *corev1.Pod {
 	c.defaults()
 	root := int64(0)
@@ -46,6 +49,15 @@ func (c Config) Pod(n provision.Names) *corev1.Pod {
 		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(c.MilliCPU, resource.DecimalSI)
 		requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(c.MilliCPU/4, resource.DecimalSI)
 	}
+	noPrivs := func(add ...corev1.Capability) *corev1.SecurityContext {
+		return &corev1.SecurityContext{
+			Privileged:               ptr(false),
+			AllowPrivilegeEscalation: ptr(false),
+			ReadOnlyRootFilesystem:   ptr(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: add},
+		}
+	}
+	mounts := []corev1.VolumeMount{{Name: "session", MountPath: "/data"}, {Name: "workspace", MountPath: "/workspace"}}
 	meta := c.meta(podName(n), n)
 	meta.Labels[labelApp] = appAgent
 	p := &corev1.Pod{
@@ -61,27 +73,24 @@ func (c Config) Pod(n provision.Names) *corev1.Pod {
 				RunAsGroup:     &root,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
+			InitContainers: []corev1.Container{{
+				Name:            "own-volumes",
+				Image:           c.Image,
+				ImagePullPolicy: corev1.PullPolicy(c.PullPolicy),
+				Args:            []string{"own-volumes"},
+				SecurityContext: noPrivs("CHOWN", "FOWNER"),
+				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+				VolumeMounts:    mounts,
+			}},
 			Containers: []corev1.Container{{
 				Name:            "agent",
 				Image:           c.Image,
 				ImagePullPolicy: corev1.PullPolicy(c.PullPolicy),
 				Env:             env,
 				Ports:           []corev1.ContainerPort{{Name: "agent", ContainerPort: int32(c.AgentPort), Protocol: corev1.ProtocolTCP}},
-				SecurityContext: &corev1.SecurityContext{
-					Privileged:               ptr(false),
-					AllowPrivilegeEscalation: ptr(false),
-					ReadOnlyRootFilesystem:   ptr(true),
-					Capabilities: &corev1.Capabilities{
-						Drop: []corev1.Capability{"ALL"},
-						Add:  []corev1.Capability{"SETUID", "SETGID"},
-					},
-				},
-				Resources: corev1.ResourceRequirements{Limits: limits, Requests: requests},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "session", MountPath: "/data"},
-					{Name: "workspace", MountPath: "/workspace"},
-					{Name: "tmp", MountPath: "/tmp"},
-				},
+				SecurityContext: noPrivs("SETUID", "SETGID"),
+				Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+				VolumeMounts:    append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}),
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "session", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: sessionClaim(n)}}},
