@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # verify.sh: every test. go vet, the unit tests with -race, then the e2e
 # suites and sandbox lifecycle checks against a real stack (Docker, Postgres,
-# Caddy) that e2e-test/run.sh starts and removes. Ends with "N passed, N failed".
+# Caddy) that e2e-test/run.sh starts and removes, then the Kubernetes runtime's
+# tests against a real kube-apiserver and etcd (built once by
+# scripts/k8s-assets.sh, in the background while the other steps run).
+# Ends with "N passed, N failed".
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -11,8 +14,9 @@ usage() {
   cat <<USAGE
 Usage: ./verify.sh [--quick] [--stress]
 
-  (no option)  go vet, go test -race ./..., then e2e-test/run.sh against real Docker
-  --quick      go vet and the unit tests only
+  (no option)  go vet, go test -race ./..., e2e-test/run.sh against real Docker,
+               then the Kubernetes tests (manager/kube) against a real API server
+  --quick      go vet, the unit tests and the Kubernetes tests (no Docker)
   --stress     the same, while one busy-looping process per core competes for
                the CPU the whole time (the suite must hold on a busy machine)
 USAGE
@@ -43,6 +47,17 @@ count_go() { # count_go LOGFILE: add go test's PASS/FAIL lines to the totals
   failed=$((failed + f))
 }
 
+report_go() { # report_go LOGFILE RC WHAT: show a go test run's outcome, count it
+  local log=$1 rc=$2 what=$3
+  grep -E '^(ok|FAIL|---|panic)|^\s+--- FAIL' "$log" | grep -vE '^\s*--- PASS' || true
+  count_go "$log"
+  if [[ $rc -ne 0 ]]; then
+    # a failure with no failing test (a build error, a panic) still counts
+    [[ $(grep -cE '^\s*--- FAIL' "$log" || true) -gt 0 ]] || failed=$((failed + 1))
+    echo "$what failed; full log: $log" >&2
+  fi
+}
+
 step_vet() {
   echo "==> go vet"
   go vet ./... && go vet -tags e2e ./e2e-test/
@@ -52,13 +67,9 @@ step_unit() {
   echo "==> go test -race ./..."
   local rc=0
   # The crash suite alone takes over 10 min with --stress on a 2-core VM.
-  go test -race -count=1 -timeout 30m -v ./... >"$LOG/unit.log" 2>&1 || rc=$?
-  grep -E '^(ok|FAIL|---|panic)|^\s+--- FAIL' "$LOG/unit.log" | grep -vE '^\s*--- PASS' || true
-  count_go "$LOG/unit.log"
-  if [[ $rc -ne 0 ]]; then
-    [[ $(grep -cE '^\s*--- FAIL' "$LOG/unit.log" || true) -gt 0 ]] || failed=$((failed + 1))
-    echo "unit tests failed; full log: $LOG/unit.log" >&2
-  fi
+  # The tests that need the API server run in step_k8s, once it is built.
+  AFFIDO_SKIP_K8S=1 go test -race -count=1 -timeout 30m -v ./... >"$LOG/unit.log" 2>&1 || rc=$?
+  report_go "$LOG/unit.log" "$rc" "unit tests"
 }
 
 step_e2e() {
@@ -78,6 +89,38 @@ step_e2e() {
   [[ $rc -eq 0 ]] || echo "e2e failed; full log: $LOG/e2e.log" >&2
 }
 
+# start_k8s_assets builds kube-apiserver and etcd in the background (once:
+# a no-op when the cache has them), so the first build overlaps the other
+# steps.
+start_k8s_assets() {
+  echo "==> scripts/k8s-assets.sh build (in the background; log $LOG/k8s-assets.log)"
+  scripts/k8s-assets.sh build >"$LOG/k8s-assets.log" 2>&1 &
+  K8S_PID=$!
+}
+
+# step_k8s waits for the binaries (saying how long a build took, if one
+# ran; nothing when they were cached), then runs the Kubernetes tests against
+# them; a missing binary is a failure here, not a skip.
+step_k8s() {
+  local rc=0 dir built
+  if ! wait "$K8S_PID"; then
+    echo "building the Kubernetes test binaries failed; log: $LOG/k8s-assets.log" >&2
+    failed=$((failed + 1))
+    return
+  fi
+  K8S_PID=
+  dir=$(tail -n 1 "$LOG/k8s-assets.log")
+  built=$(grep -h 'built in' "$LOG/k8s-assets.log" | paste -sd ';' || true)
+  echo "==> Kubernetes tests (binaries in $dir: ${built:-cached})"
+  AFFIDO_REQUIRE_K8S=1 KUBEBUILDER_ASSETS=$dir go test -race -count=1 -timeout 10m -v ./manager/kube/ >"$LOG/k8s.log" 2>&1 || rc=$?
+  report_go "$LOG/k8s.log" "$rc" "Kubernetes tests"
+}
+
+cleanup() {
+  [[ -z ${K8S_PID:-} ]] || kill "$K8S_PID" 2>/dev/null || true
+  [[ ${#STRESS_PIDS[@]} -eq 0 ]] || kill "${STRESS_PIDS[@]}" 2>/dev/null || true
+}
+
 # start_stress keeps every core busy until verify.sh exits.
 start_stress() {
   local n i
@@ -86,16 +129,19 @@ start_stress() {
     (exec yes >/dev/null) &
     STRESS_PIDS+=($!)
   done
-  trap 'kill "${STRESS_PIDS[@]}" 2>/dev/null || true' EXIT
   echo "==> stress: $n busy processes (pids ${STRESS_PIDS[*]}) for the whole run"
 }
 
 STRESS_PIDS=()
+K8S_PID=
+trap cleanup EXIT
 [[ $stress == no ]] || start_stress
+start_k8s_assets
 step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
 step_unit
 if [[ $quick == no ]]; then
   step_e2e
 fi
+step_k8s
 echo "verify: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

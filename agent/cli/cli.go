@@ -83,6 +83,14 @@ func Run(ctx context.Context, args []string) error {
 		Hidden: true,
 		RunE:   func(cmd *cobra.Command, _ []string) error { return runTools(cmd) },
 	}, &cobra.Command{
+		Use:    "own-volumes",
+		Short:  "Give fresh volumes to the agent's identities (a Kubernetes init container, as root with CAP_CHOWN and CAP_FOWNER)",
+		Args:   cobra.NoArgs,
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return privsep.Own(filepath.Dir(env(sandboxapi.EnvSessionDB, "/data/session.db")), env(sandboxapi.EnvWorkspace, "/workspace"))
+		},
+	}, &cobra.Command{
 		Use:                "tool-exec --cpu N --fsize N -- PROGRAM ARGS...",
 		Short:              "Set a command's limits and execute it (used by the runner)",
 		Hidden:             true,

@@ -20,14 +20,12 @@ import (
 
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
-	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/notify"
 	"github.com/affido/affido/manager/outbound"
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/server"
 	"github.com/affido/affido/migrations"
@@ -136,37 +134,15 @@ func serve(ctx context.Context) error {
 		log.Info("applied migrations", "count", n)
 	}
 
-	docker, err := provision.NewDocker(provision.Config{
-		Stack:            cfg.Stack,
-		Image:            cfg.AgentImage,
-		AgentPort:        8080,
-		GatewayContainer: cfg.GatewayContainer,
-		GatewayURL:       cfg.GatewayURL,
-		MemoryBytes:      cfg.SandboxMemory,
-		NanoCPUs:         int64(cfg.SandboxCPUs * 1e9),
-		PidsLimit:        cfg.SandboxPids,
-		Env: []string{"AFFIDO_MODEL=" + cfg.DefaultModel, fmt.Sprintf("AFFIDO_WORKSPACE_QUOTA_MB=%d", cfg.WorkspaceQuotaMB),
-			"AFFIDO_BODY_TIMEOUT=" + cfg.BodyTimeout.String(),
-			fmt.Sprintf("%s=%d", sandboxapi.EnvCompactTokens, cfg.CompactTokens), fmt.Sprintf("%s=%d", sandboxapi.EnvCompactHardCap, cfg.CompactHardCap)},
-	})
+	eng, imageID, closeEngine, err := engine(startCtx, log, cfg)
 	if err != nil {
 		return err
 	}
-	defer docker.Close()
-	if err := waitFor(startCtx, log, "docker", docker.Ping); err != nil {
-		return err
-	}
-	if err := docker.CheckImage(startCtx); err != nil {
-		return err
-	}
-	imageID, err := docker.ImageID(startCtx)
-	if err != nil {
-		return err
-	}
+	defer closeEngine()
 
 	var mgr *lifecycle.Manager
 	metrics := lifecycle.NewMetrics(func() map[string]int { return mgr.StateCounts() })
-	mgr = lifecycle.New(docker, store, agentclient.New(cfg.SandboxProxy), lifecycle.Config{
+	mgr = lifecycle.New(eng, store, agentclient.New(cfg.SandboxProxy), lifecycle.Config{
 		Stack:            cfg.Stack,
 		Subnets:          cfg.SandboxPool,
 		SubnetBits:       cfg.SubnetBits,
@@ -184,15 +160,20 @@ func serve(ctx context.Context) error {
 	if cfg.Provider == "openrouter" {
 		provider = &gateway.OpenRouter{URL: cfg.OpenRouterURL, Key: cfg.OpenRouterKey, Allow: cfg.OpenRouterModels}
 	}
+	// Outbound calls never reach the control network or a sandbox.
+	deny := []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool}
+	if cfg.Kube.PodCIDR.IsValid() {
+		deny = append(deny, cfg.Kube.PodCIDR)
+	}
 	deliverer := notify.New(store, log, outbound.NewClient(outbound.Config{
 		Allow: cfg.OutboundAllow,
-		Deny:  []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
+		Deny:  deny,
 	}))
 	go deliverer.Run(ctx)
-	guard := outbound.NewGuard(outbound.Config{Allow: cfg.OutboundAllow, Deny: []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool}})
+	guard := outbound.NewGuard(outbound.Config{Allow: cfg.OutboundAllow, Deny: deny})
 	fetchClient := outbound.NewClient(outbound.Config{
 		Allow:   cfg.OutboundAllow,
-		Deny:    []netip.Prefix{cfg.ControlSubnet, cfg.SandboxPool},
+		Deny:    deny,
 		Timeout: gatewayapi.FetchTimeout,
 	})
 	var search gateway.Searcher = gateway.ScriptedSearch{}

@@ -59,6 +59,19 @@ type Config struct {
 	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
 	CompactTokens    int64                  // AFFIDO_COMPACT_TOKENS: context size (est. tokens) past which agents summarize (0: never)
 	CompactHardCap   int64                  // AFFIDO_COMPACT_HARD_CAP: context size past which no model request is sent (0: no cap)
+	Runtime          string                 // AFFIDO_RUNTIME: docker (one host) or kubernetes
+	Kube             Kube                   // the kubernetes runtime's settings
+}
+
+// Kube is what the kubernetes runtime needs besides the common settings.
+type Kube struct {
+	Namespace      string       // AFFIDO_KUBE_NAMESPACE: where the sandboxes' objects live
+	Kubeconfig     string       // AFFIDO_KUBECONFIG: a kubeconfig file; empty: in-cluster
+	PodCIDR        netip.Prefix // AFFIDO_KUBE_POD_CIDR: the cluster's pod range (Caddy dials only into it)
+	StorageClass   string       // AFFIDO_KUBE_STORAGE_CLASS: of the sandboxes' claims; empty: the default class
+	VolumeSize     string       // AFFIDO_KUBE_VOLUME_SIZE: of each claim
+	GatewayService string       // AFFIDO_KUBE_GATEWAY_SERVICE: Caddy's gateway Service, "gateway" in the Pods
+	CallerIP       string       // AFFIDO_KUBE_CALLER_IP: the one address the agents' API answers (Caddy's)
 }
 
 func list(s string) []string {
@@ -222,6 +235,29 @@ func Load() (Config, error) {
 		return spend.USD(f)
 	}
 	c.SpendLimits = spend.Limits{Daily: usd("AFFIDO_SPEND_DAILY_USD", "5"), Monthly: usd("AFFIDO_SPEND_MONTHLY_USD", "50")}
+	c.Runtime = str("AFFIDO_RUNTIME", "docker")
+	switch c.Runtime {
+	case "docker":
+	case "kubernetes":
+		c.Kube = Kube{
+			Namespace:      str("AFFIDO_KUBE_NAMESPACE", "affido"),
+			Kubeconfig:     os.Getenv("AFFIDO_KUBECONFIG"),
+			StorageClass:   os.Getenv("AFFIDO_KUBE_STORAGE_CLASS"),
+			VolumeSize:     str("AFFIDO_KUBE_VOLUME_SIZE", "1Gi"),
+			GatewayService: str("AFFIDO_KUBE_GATEWAY_SERVICE", "affido-gateway"),
+			CallerIP:       os.Getenv("AFFIDO_KUBE_CALLER_IP"),
+		}
+		cidr, err := netip.ParsePrefix(os.Getenv("AFFIDO_KUBE_POD_CIDR"))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_POD_CIDR, the cluster's pod range (such as 10.244.0.0/16): %w", err))
+		}
+		c.Kube.PodCIDR = cidr.Masked()
+		if _, err := netip.ParseAddr(c.Kube.CallerIP); err != nil {
+			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_CALLER_IP, Caddy's Pod address: %w", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME: want docker or kubernetes, got %q", c.Runtime))
+	}
 	if len(errs) > 0 {
 		return c, fmt.Errorf("configuration: %v", errs)
 	}

@@ -104,11 +104,14 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	case "running":
 	case "paused":
 		tier = "paused"
+		if m.pauser == nil {
+			return netip.AddrPort{}, fmt.Errorf("sandbox %s is paused on an engine that cannot unpause", row.Name)
+		}
 		if err := m.makeRoom(ctx, b); err != nil {
 			return netip.AddrPort{}, err
 		}
 		start := time.Now()
-		if err := m.eng.Unpause(ctx, c.ID); err != nil {
+		if err := m.pauser.Unpause(ctx, c.ID); err != nil {
 			return netip.AddrPort{}, err
 		}
 		m.metrics.Unpause.Observe(time.Since(start).Seconds())
@@ -121,8 +124,8 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 			return netip.AddrPort{}, err
 		}
 		start := time.Now()
-		if row.NetworkID != "" { // Caddy may have been recreated since.
-			if err := m.eng.ConnectGateway(ctx, n, row.NetworkID, row.Subnet); err != nil {
+		if m.nets != nil && row.NetworkID != "" { // Caddy may have been recreated since.
+			if err := m.nets.ConnectGateway(ctx, n, row.NetworkID, row.Subnet); err != nil {
 				return netip.AddrPort{}, err
 			}
 		}
@@ -134,7 +137,10 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 		return netip.AddrPort{}, fmt.Errorf("sandbox %s is %s", row.Name, c.Status)
 	}
 
-	ep := endpoint(row.Subnet, c)
+	ep, err := m.endpoint(ctx, n, row.Subnet, c)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
 	h, err := m.waitHealthy(ctx, ep)
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
@@ -207,17 +213,24 @@ func (m *Manager) provision(ctx context.Context, n provision.Names, row *registr
 	return c, nil
 }
 
-// makeObjects ensures a sandbox's network (joined by the gateway) and volumes.
+// makeObjects ensures a sandbox's volumes and, on an engine with networks,
+// its network joined by the gateway (whose id it returns).
 func (m *Manager) makeObjects(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error) {
-	netID, err := m.eng.EnsureNetwork(ctx, n, sn)
-	if err != nil {
-		return "", err
+	netID := ""
+	if m.nets != nil {
+		id, err := m.nets.EnsureNetwork(ctx, n, sn)
+		if err != nil {
+			return "", err
+		}
+		netID = id
 	}
 	if err := m.eng.EnsureVolumes(ctx, n); err != nil {
 		return "", err
 	}
-	if err := m.eng.ConnectGateway(ctx, n, netID, sn); err != nil {
-		return "", err
+	if m.nets != nil {
+		if err := m.nets.ConnectGateway(ctx, n, netID, sn); err != nil {
+			return "", err
+		}
 	}
 	return netID, nil
 }

@@ -29,9 +29,10 @@ func (m *Manager) runningLocked(except *box) int {
 	return n
 }
 
-// makeRoom takes a running slot for b when MaxRunning is reached, pausing
-// the least recently active sandbox that may be paused: none with a
-// request in flight or within RequestGrace of one (pause.go). On success b
+// makeRoom takes a running slot for b when MaxRunning is reached, putting
+// to sleep (pausing, or stopping on an engine without pause) the least
+// recently active sandbox that may go: none with a request in flight or
+// within RequestGrace of one (pause.go). On success b
 // counts as running until its bring-up ends. Caller holds b.op.
 func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 	for {
@@ -56,7 +57,7 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 			if !o.op.TryLock() { // busy with its own operation
 				continue
 			}
-			ok, err := m.pause(ctx, o)
+			ok, err := m.sleep(ctx, o)
 			o.op.Unlock()
 			if err != nil {
 				m.log.Warn("free capacity: pause failed", "user", o.user, "err", err)

@@ -42,14 +42,14 @@ func TestNotPausedUnderARequest(t *testing.T) {
 	}
 	// Past the grace, but the agent has a request in flight.
 	r.clock.Add(2 * time.Second)
-	r.agents.setBusy(ep, true)
+	r.agents.SetBusy(ep, true)
 	if _, err := r.resolve("newcomer"); !errors.Is(err, ErrCapacity) {
 		t.Fatalf("with a request in flight: %v, want ErrCapacity", err)
 	}
 	if r.state("busy") != Running || r.eng.status("busy") != "running" {
 		t.Fatalf("busy is %s / %s", r.state("busy"), r.eng.status("busy"))
 	}
-	r.agents.setBusy(ep, false)
+	r.agents.SetBusy(ep, false)
 	r.mustResolve("newcomer")
 	if r.state("busy") != Paused {
 		t.Fatalf("busy is %s once idle", r.state("busy"))
@@ -73,7 +73,7 @@ func TestIdleTiers(t *testing.T) {
 	if !r.eng.hasVolumes("a") {
 		t.Fatal("remove took the volumes")
 	}
-	row, _ := r.reg.row("a")
+	row, _ := r.reg.Row("a")
 	if row.State != "removed" {
 		t.Fatalf("row state %s", row.State)
 	}
@@ -96,9 +96,7 @@ func TestWakeAtTheStoredDeadline(t *testing.T) {
 	r.m.mu.Unlock()
 	r.clock.Add(time.Hour)
 	r.eventually("woken", func() bool {
-		r.agents.mu.Lock()
-		defer r.agents.mu.Unlock()
-		return r.agents.wakes == 1
+		return r.agents.Wakes("") == 1
 	})
 	if r.eng.status("a") != "running" {
 		t.Fatal("woken but not running")

@@ -6,14 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/manager/lifecycle/lifecycletest"
 	"github.com/affido/affido/manager/provision"
-	"github.com/affido/affido/manager/registry"
 )
 
 // In-memory fakes of the engine, the registry and the agents, joined so
@@ -37,6 +35,7 @@ type fakeEngine struct {
 	gate       chan struct{} // if set, each create waits for a value
 	events     chan provision.Event
 	failCreate bool
+	bare       bool // no networks: Create needs only the volumes
 }
 
 func newFakeEngine() *fakeEngine {
@@ -84,7 +83,7 @@ func (e *fakeEngine) Create(ctx context.Context, n provision.Names, sn netip.Pre
 		e.mu.Unlock()
 		return provision.Container{}, fmt.Errorf("create %s: engine refused", n.Sandbox)
 	}
-	if e.networks[n.Sandbox] == "" || !e.volumes[n.SessionVolume()] || !e.volumes[n.WorkspaceVolume()] {
+	if (e.networks[n.Sandbox] == "" && !e.bare) || !e.volumes[n.SessionVolume()] || !e.volumes[n.WorkspaceVolume()] {
 		e.mu.Unlock()
 		return provision.Container{}, fmt.Errorf("create %s: network or volumes missing", n.Sandbox)
 	}
@@ -214,260 +213,32 @@ func (e *fakeEngine) hasVolumes(name string) bool {
 	return e.volumes[n.SessionVolume()] && e.volumes[n.WorkspaceVolume()]
 }
 
-// fakeRegistry keeps rows in maps, with the transactional claim.
-type fakeRegistry struct {
-	mu     sync.Mutex
-	rows   map[string]registry.Sandbox
-	pool   map[string]registry.PoolSandbox
-	locks  map[string]*sync.Mutex
-	audits []string
-	seq    int
-}
+// fakeRegistry is the in-memory registry.
+type fakeRegistry = lifecycletest.Registry
 
-func newFakeRegistry() *fakeRegistry {
-	return &fakeRegistry{rows: map[string]registry.Sandbox{}, pool: map[string]registry.PoolSandbox{}, locks: map[string]*sync.Mutex{}}
-}
+var (
+	newFakeRegistry          = lifecycletest.NewRegistry
+	_               Registry = (*fakeRegistry)(nil)
+)
 
-var _ Registry = (*fakeRegistry)(nil)
-
-func (r *fakeRegistry) Sandbox(ctx context.Context, user string) (registry.Sandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	row, ok := r.rows[user]
-	if !ok {
-		return registry.Sandbox{}, registry.ErrNotFound
-	}
-	return row, nil
-}
-func (r *fakeRegistry) Sandboxes(ctx context.Context) ([]registry.Sandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []registry.Sandbox
-	for _, row := range r.rows {
-		out = append(out, row)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].UserID < out[j].UserID })
-	return out, nil
-}
-func (r *fakeRegistry) usedLocked() []netip.Prefix {
-	var used []netip.Prefix
-	for _, row := range r.rows {
-		used = append(used, row.Subnet)
-	}
-	for _, p := range r.pool {
-		used = append(used, p.Subnet)
-	}
-	return used
-}
-func (r *fakeRegistry) CreateSandbox(ctx context.Context, user string, pick registry.SubnetPicker) (registry.Sandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.rows[user]; ok {
-		return registry.Sandbox{}, fmt.Errorf("create sandbox %s: duplicate key", user)
-	}
-	sn, err := pick(r.usedLocked())
-	if err != nil {
-		return registry.Sandbox{}, err
-	}
-	row := registry.Sandbox{UserID: user, Name: user, State: registry.StateProvisioning, Subnet: sn}
-	r.rows[user] = row
-	return row, nil
-}
-func (r *fakeRegistry) UpdateSandbox(ctx context.Context, sb registry.Sandbox) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.rows[sb.UserID]; !ok {
-		return registry.ErrNotFound
-	}
-	r.rows[sb.UserID] = sb
-	return nil
-}
-func (r *fakeRegistry) DeleteSandbox(ctx context.Context, user string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.rows, user)
-	return nil
-}
-func (r *fakeRegistry) ReportWake(ctx context.Context, user string, at *time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	row, ok := r.rows[user]
-	if !ok {
-		return registry.ErrNotFound
-	}
-	row.ReportedWakeAt = at
-	r.rows[user] = row
-	return nil
-}
-func (r *fakeRegistry) CreatePoolSandbox(ctx context.Context, name, image string, pick registry.SubnetPicker) (registry.PoolSandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sn, err := pick(r.usedLocked())
-	if err != nil {
-		return registry.PoolSandbox{}, err
-	}
-	r.seq++
-	p := registry.PoolSandbox{Name: name, State: registry.StateProvisioning, Subnet: sn, Image: image, CreatedAt: time.Unix(int64(r.seq), 0)}
-	r.pool[name] = p
-	return p, nil
-}
-func (r *fakeRegistry) PoolSandboxes(ctx context.Context) ([]registry.PoolSandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []registry.PoolSandbox
-	for _, p := range r.pool {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
-	return out, nil
-}
-func (r *fakeRegistry) UpdatePoolSandbox(ctx context.Context, p registry.PoolSandbox) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.pool[p.Name]; !ok {
-		return registry.ErrNotFound
-	}
-	r.pool[p.Name] = p
-	return nil
-}
-func (r *fakeRegistry) DeletePoolSandbox(ctx context.Context, name string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.pool[name]; !ok {
-		return registry.ErrNotFound
-	}
-	delete(r.pool, name)
-	return nil
-}
-func (r *fakeRegistry) ClaimPoolSandbox(ctx context.Context, user, image string, tokenHash []byte) (registry.Sandbox, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.rows[user]; ok {
-		return registry.Sandbox{}, fmt.Errorf("claim for %s: duplicate key", user)
-	}
-	var oldest *registry.PoolSandbox
-	for _, p := range r.pool {
-		if p.State == registry.PoolReady && p.Image == image && (oldest == nil || p.CreatedAt.Before(oldest.CreatedAt)) {
-			p := p
-			oldest = &p
-		}
-	}
-	if oldest == nil {
-		return registry.Sandbox{}, registry.ErrNotFound
-	}
-	delete(r.pool, oldest.Name)
-	row := registry.Sandbox{UserID: user, Name: oldest.Name, State: registry.StatePaused, Subnet: oldest.Subnet,
-		ContainerID: oldest.ContainerID, NetworkID: oldest.NetworkID, TokenHash: tokenHash}
-	r.rows[user] = row
-	return row, nil
-}
-func (r *fakeRegistry) LockUser(ctx context.Context, user string) (func(), error) {
-	r.mu.Lock()
-	l := r.locks[user]
-	if l == nil {
-		l = &sync.Mutex{}
-		r.locks[user] = l
-	}
-	r.mu.Unlock()
-	l.Lock()
-	return l.Unlock, nil
-}
-func (r *fakeRegistry) Audit(ctx context.Context, user, kind string, detail map[string]any) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.audits = append(r.audits, user+" "+kind)
-	return nil
-}
-func (r *fakeRegistry) row(user string) (registry.Sandbox, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	row, ok := r.rows[user]
-	return row, ok
-}
-func (r *fakeRegistry) poolCount(state string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, p := range r.pool {
-		if state == "" || p.State == state {
-			n++
-		}
-	}
-	return n
-}
-
-// fakeAgents are the agents of the fake engine's containers, by address.
-type fakeAgents struct {
-	eng    *fakeEngine
-	mu     sync.Mutex
-	owner  map[netip.Addr]string // claimed user
-	busy   map[netip.Addr]bool   // a request in flight
-	claims int
-	wakes  int
-}
+// fakeAgents are the agents of the fake engine's containers, by address:
+// one answers only while its container runs unpaused.
+type fakeAgents = lifecycletest.Agents
 
 func newFakeAgents(eng *fakeEngine) *fakeAgents {
-	return &fakeAgents{eng: eng, owner: map[netip.Addr]string{}, busy: map[netip.Addr]bool{}}
+	return lifecycletest.NewAgents(func(ep netip.AddrPort) (string, bool) {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		for _, c := range eng.containers {
+			if c.ip == ep.Addr() && c.status == "running" {
+				return ep.Addr().String(), true
+			}
+		}
+		return ep.Addr().String(), false
+	})
 }
 
 var _ Agent = (*fakeAgents)(nil)
-
-func (a *fakeAgents) up(ep netip.AddrPort) error {
-	a.eng.mu.Lock()
-	defer a.eng.mu.Unlock()
-	for _, c := range a.eng.containers {
-		if c.ip == ep.Addr() && c.status == "running" {
-			return nil
-		}
-	}
-	return fmt.Errorf("connect %s: no running container", ep)
-}
-func (a *fakeAgents) Health(ctx context.Context, ep netip.AddrPort) (sandboxapi.Health, error) {
-	if err := a.up(ep); err != nil {
-		return sandboxapi.Health{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	u := a.owner[ep.Addr()]
-	return sandboxapi.Health{Status: "ok", Claimed: u != "", User: u}, nil
-}
-func (a *fakeAgents) Claim(ctx context.Context, ep netip.AddrPort, user, token string) error {
-	if err := a.up(ep); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if u := a.owner[ep.Addr()]; u != "" && u != user {
-		return ErrClaimedByOther
-	}
-	a.owner[ep.Addr()] = user
-	a.claims++
-	return nil
-}
-func (a *fakeAgents) PrepareIdle(ctx context.Context, ep netip.AddrPort) (bool, *time.Time, error) {
-	if err := a.up(ep); err != nil {
-		return false, nil, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.busy[ep.Addr()], nil, nil
-}
-func (a *fakeAgents) Wake(ctx context.Context, ep netip.AddrPort) error {
-	a.mu.Lock()
-	a.wakes++
-	a.mu.Unlock()
-	return a.up(ep)
-}
-func (a *fakeAgents) ownerOf(ip netip.Addr) string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.owner[ip]
-}
-func (a *fakeAgents) setBusy(ep netip.AddrPort, on bool) {
-	a.mu.Lock()
-	a.busy[ep.Addr()] = on
-	a.mu.Unlock()
-}
 
 // rig is a Manager on the fakes, with a clock the test moves.
 type rig struct {

@@ -96,6 +96,8 @@ func (c *Config) defaults() {
 // Manager owns the sandboxes of one stack.
 type Manager struct {
 	eng     Engine
+	pauser  Pauser   // nil: the engine cannot pause; the first idle tier stops
+	nets    Networks // nil: the engine has no per-sandbox networks; it reports addresses
 	reg     Registry
 	agent   Agent
 	cfg     Config
@@ -153,6 +155,8 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
 		poolKick: make(chan struct{}, 1), now: time.Now}
 	mgr.adm = newAdmission(cfg.Admission)
+	mgr.pauser, _ = eng.(Pauser)
+	mgr.nets, _ = eng.(Networks)
 	return mgr
 }
 
@@ -212,13 +216,29 @@ func (m *Manager) setStopping(b *box, on bool) {
 	m.mu.Unlock()
 }
 
-// endpoint is where a sandbox's agent listens.
-func endpoint(sn netip.Prefix, c provision.Container) netip.AddrPort {
-	port := uint16(8080)
-	if c.Endpoint.IsValid() {
-		port = c.Endpoint.Port()
+// endpoint is where a sandbox's agent listens: on an engine with
+// networks, the fixed address in its subnet (with the port the engine
+// reports); on another, the address the engine reports once the container
+// runs (a Pod's IP), asking the engine again if c predates the start.
+func (m *Manager) endpoint(ctx context.Context, n provision.Names, sn netip.Prefix, c provision.Container) (netip.AddrPort, error) {
+	if m.nets != nil {
+		port := uint16(8080)
+		if c.Endpoint.IsValid() {
+			port = c.Endpoint.Port()
+		}
+		return netip.AddrPortFrom(provision.SandboxIP(sn), port), nil
 	}
-	return netip.AddrPortFrom(provision.SandboxIP(sn), port)
+	if c.Status == "running" && c.Endpoint.IsValid() {
+		return c.Endpoint, nil
+	}
+	c, err := m.eng.Inspect(ctx, n)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if !c.Endpoint.IsValid() {
+		return netip.AddrPort{}, fmt.Errorf("sandbox %s is %s and has no address yet", n.Sandbox, c.Status)
+	}
+	return c.Endpoint, nil
 }
 
 // waitHealthy polls the agent's /health every ProbeInterval until it answers.

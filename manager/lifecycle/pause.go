@@ -33,6 +33,16 @@ func (m *Manager) quiesce(ctx context.Context, b *box) (wakeAt *time.Time, ok bo
 	return wakeAt, true, nil
 }
 
+// sleep takes a running sandbox to the first idle tier: paused where the
+// engine can pause, stopped where it cannot (Kubernetes has no pause). It
+// reports false when the sandbox must stay up. Caller holds b.op.
+func (m *Manager) sleep(ctx context.Context, b *box) (bool, error) {
+	if m.pauser == nil {
+		return m.stop(ctx, b)
+	}
+	return m.pause(ctx, b)
+}
+
 // pause asks the agent to go idle, stores its next wake time and only then
 // pauses the container. It reports false when the sandbox must stay up.
 // Caller holds b.op.
@@ -50,7 +60,7 @@ func (m *Manager) pause(ctx context.Context, b *box) (bool, error) {
 	}
 	if err == nil {
 		start := time.Now()
-		if err = m.eng.Pause(ctx, c.ID); err == nil {
+		if err = m.pauser.Pause(ctx, c.ID); err == nil {
 			m.metrics.Pause.Observe(time.Since(start).Seconds())
 		}
 	}

@@ -10,8 +10,9 @@ import (
 	"github.com/affido/affido/manager/registry"
 )
 
-// poolBox is one warm-pool sandbox: being built, or ready (paused, its
-// agent answering /health and nobody's).
+// poolBox is one warm-pool sandbox: being built, or ready (its agent
+// answered /health and is nobody's; paused where the engine can pause,
+// running where it cannot).
 type poolBox struct {
 	name     string
 	building bool
@@ -140,15 +141,21 @@ func (m *Manager) buildPool(ctx context.Context, name string) (err error) {
 	if err := m.eng.Start(ctx, c.ID); err != nil {
 		return err
 	}
-	h, err := m.waitHealthy(ctx, endpoint(row.Subnet, c))
+	ep, err := m.endpoint(ctx, n, row.Subnet, c)
+	if err != nil {
+		return err
+	}
+	h, err := m.waitHealthy(ctx, ep)
 	if err != nil {
 		return err
 	}
 	if h.Claimed {
 		return fmt.Errorf("pool sandbox %s: its agent is claimed already (by %s)", name, h.User)
 	}
-	if err := m.eng.Pause(ctx, c.ID); err != nil {
-		return err
+	if m.pauser != nil { // an engine that cannot pause keeps its pool running
+		if err := m.pauser.Pause(ctx, c.ID); err != nil {
+			return err
+		}
 	}
 	row.State = registry.PoolReady
 	if err := m.reg.UpdatePoolSandbox(ctx, row); err != nil {

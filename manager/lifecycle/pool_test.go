@@ -15,7 +15,7 @@ import (
 func TestPoolFillsAndIsClaimed(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 2})
 	r.run()
-	r.eventually("two ready pool sandboxes", func() bool { return r.reg.poolCount(registry.PoolReady) == 2 })
+	r.eventually("two ready pool sandboxes", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
 	ready := map[string]bool{}
 	for _, p := range mustPool(t, r) {
 		if got := r.eng.status(p.Name); got != "paused" || !provision.IsPoolName(p.Name) {
@@ -24,21 +24,21 @@ func TestPoolFillsAndIsClaimed(t *testing.T) {
 		ready[p.Name] = true
 	}
 	ep := r.mustResolve("alice")
-	row, _ := r.reg.row("alice")
+	row, _ := r.reg.Row("alice")
 	if !ready[row.Name] || r.eng.status(row.Name) != "running" {
 		t.Fatalf("alice's row %+v: not one of the ready pool sandboxes, running", row)
 	}
-	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
+	if got := r.agents.Owner(ep); got != "alice" {
 		t.Fatalf("claimed agent bound to %q", got)
 	}
-	r.eventually("the pool to refill", func() bool { return r.reg.poolCount(registry.PoolReady) == 2 })
+	r.eventually("the pool to refill", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
 }
 
 // Twenty new users with a pool of twenty: every one claims, none creates.
 func TestBurstFromAFullPool(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 20})
 	r.run()
-	r.eventually("a full pool", func() bool { return r.reg.poolCount(registry.PoolReady) == 20 })
+	r.eventually("a full pool", func() bool { return r.reg.PoolCount(registry.PoolReady) == 20 })
 	r.m.SetPool(context.Background(), 0, false) // no refill, so every container counted is a claim
 	creates := r.eng.creates
 	users := make([]string, 20)
@@ -55,7 +55,7 @@ func TestBurstFromAFullPool(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, u := range users {
-		row, _ := r.reg.row(u)
+		row, _ := r.reg.Row(u)
 		if seen[row.Name] {
 			t.Fatalf("%s given to two users", row.Name)
 		}
@@ -82,10 +82,10 @@ func TestPoolWaitsBehindUsers(t *testing.T) {
 func TestClaimedSandboxKeepsItsNames(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 1})
 	r.run()
-	r.eventually("a ready pool sandbox", func() bool { return r.reg.poolCount(registry.PoolReady) == 1 })
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.PoolCount(registry.PoolReady) == 1 })
 	r.m.SetPool(context.Background(), 0, false)
 	r.mustResolve("alice")
-	row, _ := r.reg.row("alice")
+	row, _ := r.reg.Row("alice")
 	if err := r.m.Evict(context.Background(), "alice"); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestClaimedSandboxKeepsItsNames(t *testing.T) {
 		t.Fatal("evict: container left or volumes gone")
 	}
 	ep := r.mustResolve("alice")
-	if r.eng.status(row.Name) != "running" || r.agents.ownerOf(ep.Addr()) != "alice" {
+	if r.eng.status(row.Name) != "running" || r.agents.Owner(ep) != "alice" {
 		t.Fatal("reprovision did not use the recorded names")
 	}
 	if err := r.m.Reset(context.Background(), "alice"); err != nil {
@@ -102,7 +102,7 @@ func TestClaimedSandboxKeepsItsNames(t *testing.T) {
 	if r.eng.hasVolumes(row.Name) || r.eng.status(row.Name) != "" {
 		t.Fatal("reset left the pool-named volumes")
 	}
-	if _, ok := r.reg.row("alice"); ok {
+	if _, ok := r.reg.Row("alice"); ok {
 		t.Fatal("reset left the row")
 	}
 }
@@ -111,7 +111,7 @@ func TestClaimedSandboxKeepsItsNames(t *testing.T) {
 func TestPoolDrainsOnAnotherImage(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 2})
 	r.run()
-	r.eventually("a full pool", func() bool { return r.reg.poolCount(registry.PoolReady) == 2 })
+	r.eventually("a full pool", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
 	old := mustPool(t, r)
 	r.restart(Config{WarmPool: 2, ImageID: "sha256:other"})
 	r.eventually("the old pool retired", func() bool {
@@ -120,7 +120,7 @@ func TestPoolDrainsOnAnotherImage(t *testing.T) {
 				return false
 			}
 		}
-		return r.reg.poolCount(registry.PoolReady) == 2
+		return r.reg.PoolCount(registry.PoolReady) == 2
 	})
 }
 

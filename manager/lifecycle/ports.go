@@ -11,25 +11,44 @@ import (
 )
 
 // The engine roles the lifecycle drives. *provision.Docker implements them
-// against a real engine; another runtime (Kubernetes, a second host) needs
-// only its own implementation. Every method is idempotent: creating what
-// exists returns it, removing what is gone is not an error.
+// against a Docker engine, *kube.Engine against a Kubernetes API server;
+// the contract suite (enginetest) runs against both. Every method is
+// idempotent: creating what exists returns it, removing what is gone is not
+// an error.
+//
+// Engine is what every engine does. Pausing and per-sandbox networks are
+// capabilities only some engines have (Pauser, Networks): the lifecycle
+// asks for them, and where an engine lacks one it does without (the first
+// idle tier stops instead of pausing; the engine isolates sandboxes its
+// own way).
 
-// Containers runs sandbox containers.
+// Containers runs sandbox containers. A sandbox's "container" is whatever
+// the engine runs the agent in (a Docker container, a Kubernetes Pod with
+// its NetworkPolicy).
 type Containers interface {
 	// Inspect returns the sandbox's container, or provision.ErrNotFound.
+	// Endpoint is where the agent listens, once the container runs.
 	Inspect(ctx context.Context, n provision.Names) (provision.Container, error)
-	// Create makes the container on the sandbox's network at a fixed
-	// address in subnet; it carries no identity (see Agent.Claim).
+	// Create makes the container; it carries no identity (see
+	// Agent.Claim). An engine with Networks puts it at a fixed address in
+	// subnet; others ignore subnet and report the address on Inspect.
 	Create(ctx context.Context, n provision.Names, subnet netip.Prefix) (provision.Container, error)
+	// Start runs a created or exited container.
 	Start(ctx context.Context, id string) error
-	Pause(ctx context.Context, id string) error
-	Unpause(ctx context.Context, id string) error
+	// Stop stops it; its volumes stay.
 	Stop(ctx context.Context, id string) error
 	RemoveContainer(ctx context.Context, n provision.Names) error
 }
 
-// Networks gives each sandbox its own network, joined by the gateway.
+// Pauser is the capability to freeze a running container and thaw it.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
+}
+
+// Networks is the capability of engines that give each sandbox its own
+// network, joined by the gateway, with the agent at a fixed address in the
+// sandbox's subnet (provision.SandboxIP).
 type Networks interface {
 	EnsureNetwork(ctx context.Context, n provision.Names, subnet netip.Prefix) (id string, err error)
 	ConnectGateway(ctx context.Context, n provision.Names, networkID string, subnet netip.Prefix) error
@@ -50,10 +69,9 @@ type Watcher interface {
 	Events(ctx context.Context) (<-chan provision.Event, <-chan error)
 }
 
-// Engine is every role at once.
+// Engine is every role all engines have.
 type Engine interface {
 	Containers
-	Networks
 	Volumes
 	Watcher
 }
@@ -118,5 +136,7 @@ type Agent interface {
 
 var (
 	_ Engine   = (*provision.Docker)(nil)
+	_ Pauser   = (*provision.Docker)(nil)
+	_ Networks = (*provision.Docker)(nil)
 	_ Registry = (*registry.Store)(nil)
 )

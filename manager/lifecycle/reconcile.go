@@ -8,6 +8,15 @@ import (
 	"github.com/affido/affido/manager/registry"
 )
 
+// poolStatus is the engine status of a ready pool sandbox: paused, or
+// running on an engine that cannot pause.
+func (m *Manager) poolStatus() string {
+	if m.pauser == nil {
+		return "running"
+	}
+	return "paused"
+}
+
 // Reconcile compares the registry with the labelled engine objects. Users'
 // sandboxes are adopted as they are and the gateway joined to their
 // networks again. Pool sandboxes that are ready (paused, from this image)
@@ -32,10 +41,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	joined, err := m.eng.GatewayNetworks(ctx)
-	if err != nil {
-		m.log.Warn("reconcile: cannot list the gateway's networks", "err", err)
-		joined = map[string]bool{}
+	joined := map[string]bool{}
+	if m.nets != nil {
+		if joined, err = m.nets.GatewayNetworks(ctx); err != nil {
+			m.log.Warn("reconcile: cannot list the gateway's networks", "err", err)
+			joined = map[string]bool{}
+		}
 	}
 	known := map[string]bool{}
 	for _, r := range rows {
@@ -57,7 +68,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		known[p.Name] = true
 		cs := inv.Containers[p.Name]
-		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && cs[0].Status == "paused" {
+		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && cs[0].Status == m.poolStatus() {
 			ready[p.Name] = &poolBox{name: p.Name}
 			continue
 		}
@@ -107,14 +118,17 @@ func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv provision.I
 	b := m.box(r.UserID)
 	m.noteRow(b, r)
 	n := m.names(r.Name)
-	if r.NetworkID != "" && len(inv.Networks[r.Name]) > 0 && !joined[n.Network()] {
-		if err := m.eng.ConnectGateway(ctx, n, r.NetworkID, r.Subnet); err != nil {
+	if m.nets != nil && r.NetworkID != "" && len(inv.Networks[r.Name]) > 0 && !joined[n.Network()] {
+		if err := m.nets.ConnectGateway(ctx, n, r.NetworkID, r.Subnet); err != nil {
 			m.log.Warn("reconcile: gateway not joined", "user", r.UserID, "err", err)
 		}
 	}
-	state := Removed
+	state, ep := Removed, netip.AddrPort{}
 	if cs := inv.Containers[r.Name]; len(cs) > 0 {
-		state = engineState(cs[0].Status)
+		state, ep = engineState(cs[0].Status), cs[0].Endpoint
+	}
+	if m.nets != nil || !ep.IsValid() {
+		ep = netip.AddrPortFrom(provision.SandboxIP(r.Subnet), 8080)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -131,7 +145,7 @@ func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv provision.I
 	b.state, b.dirty, b.verified = state, false, false
 	b.endpoint = netip.AddrPort{}
 	if state == Running {
-		b.endpoint = netip.AddrPortFrom(provision.SandboxIP(r.Subnet), 8080)
+		b.endpoint = ep
 		b.dirty = true // verify health (and the binding) on first use
 	}
 }

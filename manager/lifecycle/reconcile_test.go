@@ -15,26 +15,26 @@ import (
 func TestCrashMidClaimIsAdopted(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 1})
 	r.run()
-	r.eventually("a ready pool sandbox", func() bool { return r.reg.poolCount(registry.PoolReady) == 1 })
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.PoolCount(registry.PoolReady) == 1 })
 	r.m.SetPool(context.Background(), 0, false)
 	row, err := r.reg.ClaimPoolSandbox(context.Background(), "alice", testImage, nil) // ... and the manager dies
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := r.restart(Config{})
-	if n.reg.poolCount("") != 0 {
+	if n.reg.PoolCount("") != 0 {
 		t.Fatal("the claimed sandbox is back in the pool")
 	}
 	ep := n.mustResolve("alice")
-	if got := n.agents.ownerOf(ep.Addr()); got != "alice" {
+	if got := n.agents.Owner(ep); got != "alice" {
 		t.Fatalf("agent bound to %q", got)
 	}
-	if got, _ := n.reg.row("alice"); got.Name != row.Name || n.eng.count() != 1 {
+	if got, _ := n.reg.Row("alice"); got.Name != row.Name || n.eng.count() != 1 {
 		t.Fatalf("alice has %s (want %s), %d containers", got.Name, row.Name, n.eng.count())
 	}
 	// Bob never gets alice's sandbox.
 	n.mustResolve("bob")
-	if got, _ := n.reg.row("bob"); got.Name == row.Name {
+	if got, _ := n.reg.Row("bob"); got.Name == row.Name {
 		t.Fatal("one sandbox bound to two users")
 	}
 }
@@ -58,7 +58,7 @@ func TestReconcileRetiresHalfBuiltPool(t *testing.T) {
 	r.eng.EnsureNetwork(ctx, stranger, half.Subnet)
 	r.run()
 	r.eventually("half-built and orphaned pool objects gone", func() bool {
-		return !r.eng.hasVolumes(half.Name) && !r.eng.hasVolumes(orphan.Sandbox) && r.reg.poolCount("") == 0
+		return !r.eng.hasVolumes(half.Name) && !r.eng.hasVolumes(orphan.Sandbox) && r.reg.PoolCount("") == 0
 	})
 	r.eng.mu.Lock()
 	defer r.eng.mu.Unlock()

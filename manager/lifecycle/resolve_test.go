@@ -22,15 +22,15 @@ func TestResolveProvisionsANewUser(t *testing.T) {
 	if !r.eng.hasVolumes("alice") {
 		t.Fatal("volumes missing")
 	}
-	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
+	if got := r.agents.Owner(ep); got != "alice" {
 		t.Fatalf("agent bound to %q", got)
 	}
-	row, _ := r.reg.row("alice")
+	row, _ := r.reg.Row("alice")
 	if row.State != registry.StateRunning || row.Name != "alice" || len(row.TokenHash) == 0 {
 		t.Fatalf("row %+v", row)
 	}
-	if ep2 := r.mustResolve("alice"); ep2 != ep || r.agents.claims != 1 || r.eng.creates != 1 {
-		t.Fatalf("second resolve: %v (claims %d, creates %d)", ep2, r.agents.claims, r.eng.creates)
+	if ep2 := r.mustResolve("alice"); ep2 != ep || r.agents.Claims() != 1 || r.eng.creates != 1 {
+		t.Fatalf("second resolve: %v (claims %d, creates %d)", ep2, r.agents.Claims(), r.eng.creates)
 	}
 }
 
@@ -107,15 +107,13 @@ func TestAgentOfAnotherUserIsRefused(t *testing.T) {
 	r := newRig(t, Config{})
 	ep := r.mustResolve("alice")
 	// Someone points bob's row at alice's sandbox.
-	row, _ := r.reg.row("alice")
+	row, _ := r.reg.Row("alice")
 	row.UserID = "bob"
-	r.reg.mu.Lock()
-	r.reg.rows["bob"] = row
-	r.reg.mu.Unlock()
+	r.reg.Put(row)
 	if _, err := r.resolve("bob"); !errors.Is(err, ErrClaimedByOther) {
 		t.Fatalf("resolve bob = %v, want ErrClaimedByOther", err)
 	}
-	if got := r.agents.ownerOf(ep.Addr()); got != "alice" {
+	if got := r.agents.Owner(ep); got != "alice" {
 		t.Fatalf("agent now bound to %q", got)
 	}
 }
@@ -126,9 +124,7 @@ func TestAgentOfAnotherUserIsRefused(t *testing.T) {
 func TestEngineStateIsNotTrustedUnverified(t *testing.T) {
 	r := newRig(t, Config{})
 	ep := r.mustResolve("alice")
-	r.agents.mu.Lock()
-	r.agents.owner[ep.Addr()] = "mallory" // what a swapped container would say
-	r.agents.mu.Unlock()
+	r.agents.SetOwner(ep, "mallory") // what a swapped container would say
 	r.m.mu.Lock()
 	r.m.boxes["alice"].dirty = true // an engine event
 	r.m.mu.Unlock()

@@ -58,10 +58,11 @@ func (m *Manager) apply(ctx context.Context, b *box, a Action) error {
 	defer cancel()
 	switch a {
 	case Pause:
-		_, err := m.pause(ctx, b)
+		_, err := m.sleep(ctx, b)
 		return err
 	case Stop:
-		return m.stop(ctx, b)
+		_, err := m.stop(ctx, b)
+		return err
 	case Remove:
 		return m.remove(ctx, b)
 	}

@@ -6,35 +6,36 @@ import (
 	"time"
 )
 
-// stop stops the container (from running or paused). Caller holds b.op.
-func (m *Manager) stop(ctx context.Context, b *box) error {
+// stop stops the container (from running or paused). It reports false
+// when the sandbox must stay up. Caller holds b.op.
+func (m *Manager) stop(ctx context.Context, b *box) (bool, error) {
 	wakeAt, ok, err := m.goingDown(ctx, b)
 	if !ok || err != nil {
-		return err
+		return false, err
 	}
 	m.mu.Lock()
 	name := b.name
 	m.mu.Unlock()
 	c, err := m.eng.Inspect(ctx, m.names(name))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := m.store(ctx, b, Stopped, wakeAt); err != nil {
-		return err
+		return false, err
 	}
 	m.setStopping(b, true)
 	defer m.setStopping(b, false)
-	if c.Status == "paused" { // a frozen process cannot handle SIGTERM
-		if err := m.eng.Unpause(ctx, c.ID); err != nil {
-			return err
+	if c.Status == "paused" && m.pauser != nil { // a frozen process cannot handle SIGTERM
+		if err := m.pauser.Unpause(ctx, c.ID); err != nil {
+			return false, err
 		}
 	}
 	if err := m.eng.Stop(ctx, c.ID); err != nil {
-		return err
+		return false, err
 	}
 	m.setState(b, Stopped, netip.AddrPort{})
 	m.audit(b.user, "sandbox.stopped", wakeDetail(wakeAt))
-	return nil
+	return true, nil
 }
 
 // goingDown readies b for stop or remove: a running sandbox is quiesced

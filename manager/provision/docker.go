@@ -260,14 +260,8 @@ func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix) (Cont
 			// dropped itself to the agent's (agent/privsep).
 			User:   "0:0",
 			Labels: n.Labels(),
-			Env: append([]string{
-				"SESSION_DB=/data/session.db",
-				"WORKSPACE=/workspace",
-				fmt.Sprintf("AFFIDO_LISTEN=:%d", d.cfg.AgentPort),
-				"AFFIDO_GATEWAY_URL=" + d.cfg.GatewayURL,
-				// The only address the agent's API answers: Caddy's on this network.
-				"AFFIDO_CALLER_IP=" + GatewayIP(subnet).String(),
-			}, d.cfg.Env...),
+			// The only address the agent's API answers: Caddy's on this network.
+			Env:         AgentEnv(d.cfg.AgentPort, d.cfg.GatewayURL, GatewayIP(subnet).String(), d.cfg.Env),
 			StopTimeout: &stop,
 		},
 		HostConfig: &container.HostConfig{
@@ -442,6 +436,19 @@ func (d *Docker) Events(ctx context.Context) (<-chan Event, <-chan error) {
 		}
 	}()
 	return out, errc
+}
+
+// AgentEnv is the environment of an agent container on any engine: where
+// its volumes are mounted, where it listens, the gateway's URL, the one
+// address its API answers (callerIP), then extra.
+func AgentEnv(port uint16, gatewayURL, callerIP string, extra []string) []string {
+	return append([]string{
+		"SESSION_DB=/data/session.db",
+		"WORKSPACE=/workspace",
+		fmt.Sprintf("AFFIDO_LISTEN=:%d", port),
+		"AFFIDO_GATEWAY_URL=" + gatewayURL,
+		"AFFIDO_CALLER_IP=" + callerIP,
+	}, extra...)
 }
 
 func short(id string) string {

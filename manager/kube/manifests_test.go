@@ -1,0 +1,133 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+)
+
+// manifests reads every object of deploy/kubernetes.
+func manifests(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in deploy/kubernetes (%v)", err)
+	}
+	var out []*unstructured.Unstructured
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+			var m map[string]any
+			if err := yaml.Unmarshal(doc, &m); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			out = append(out, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return out
+}
+
+// The control plane's manifests pass the real API server's validation and
+// admission (Pod Security of their namespace included) in a server-side
+// dry run. Their namespace is made for real: a dry run cannot create into
+// a namespace that does not exist.
+func TestManifestsDryRun(t *testing.T) {
+	cfg, cs := apiServer(t)
+	ctx := context.Background()
+	objs := manifests(t)
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+	}
+	for _, want := range []string{"Namespace", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "NetworkPolicy"} {
+		if kinds[want] == 0 {
+			t.Errorf("the manifests have no %s", want)
+		}
+	}
+	apply(t, cfg, pick(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Namespace" }), false)
+	apply(t, cfg, pick(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() != "Namespace" }), true)
+	// A dry run stores nothing.
+	if deps, err := cs.AppsV1().Deployments("affido").List(ctx, metav1.ListOptions{}); err != nil || len(deps.Items) != 0 {
+		t.Fatalf("after a dry run: %d deployments, %v", len(deps.Items), err)
+	}
+	if d := replicas(objs, "affido-manager"); d != 2 {
+		t.Errorf("the manager Deployment has %d replicas, want 2", d)
+	}
+}
+
+// apply creates objs on the API server (dryRun: validated and admitted,
+// not stored); an object that exists already is left as it is.
+func apply(t *testing.T, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) {
+	t.Helper()
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, o.GetName(), err)
+		}
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if ns := o.GetNamespace(); ns != "" {
+			ri = dyn.Resource(m.Resource).Namespace(ns)
+		}
+		opts := metav1.CreateOptions{FieldValidation: "Strict"}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = ri.Create(context.Background(), o, opts)
+		if !dryRun && apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+func pick(objs []*unstructured.Unstructured, keep func(*unstructured.Unstructured) bool) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if keep(o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func replicas(objs []*unstructured.Unstructured, name string) int64 {
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && o.GetName() == name {
+			n, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+			switch v := n.(type) {
+			case int64:
+				return v
+			case float64:
+				return int64(v)
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,147 @@
+package lifecycletest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/affido/affido/internal/sandboxapi"
+)
+
+// Agents are fake agents. Where one listens, and whether it is up, is the
+// engine's to say (Locate); an agent's state is kept under the key Locate
+// returns, so an engine whose agents keep their identity on their volumes
+// (a real agent's /data/identity.json) keys them by volume, not address.
+type Agents struct {
+	// Locate returns the key of the agent listening at ep and whether it
+	// is up (its sandbox runs unpaused).
+	Locate func(ep netip.AddrPort) (key string, up bool)
+
+	mu     sync.Mutex
+	owner  map[string]string     // claimed user
+	busy   map[string]bool       // a request in flight
+	due    map[string]*time.Time // next due time PrepareIdle reports
+	claims int
+	wakes  map[string]int
+}
+
+// NewAgents returns fake agents located by locate.
+func NewAgents(locate func(ep netip.AddrPort) (string, bool)) *Agents {
+	return &Agents{Locate: locate, owner: map[string]string{}, busy: map[string]bool{}, due: map[string]*time.Time{}, wakes: map[string]int{}}
+}
+
+func (a *Agents) at(ep netip.AddrPort) (string, error) {
+	k, up := a.Locate(ep)
+	if !up {
+		return "", fmt.Errorf("connect %s: no running sandbox", ep)
+	}
+	return k, nil
+}
+
+// Health answers like GET /health.
+func (a *Agents) Health(ctx context.Context, ep netip.AddrPort) (sandboxapi.Health, error) {
+	k, err := a.at(ep)
+	if err != nil {
+		return sandboxapi.Health{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	u := a.owner[k]
+	return sandboxapi.Health{Status: "ok", Claimed: u != "", User: u}, nil
+}
+
+// Claim binds the agent; one bound to another user refuses.
+func (a *Agents) Claim(ctx context.Context, ep netip.AddrPort, user, token string) error {
+	k, err := a.at(ep)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if u := a.owner[k]; u != "" && u != user {
+		return sandboxapi.ErrClaimedByOther
+	}
+	a.owner[k] = user
+	a.claims++
+	return nil
+}
+
+// PrepareIdle refuses while the agent is busy, else reports its due time.
+func (a *Agents) PrepareIdle(ctx context.Context, ep netip.AddrPort) (bool, *time.Time, error) {
+	k, err := a.at(ep)
+	if err != nil {
+		return false, nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.busy[k], a.due[k], nil
+}
+
+// Wake counts a POST /wake; the agent's due time is then past.
+func (a *Agents) Wake(ctx context.Context, ep netip.AddrPort) error {
+	k, up := a.Locate(ep)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wakes[k]++
+	if !up {
+		return fmt.Errorf("connect %s: no running sandbox", ep)
+	}
+	delete(a.due, k)
+	return nil
+}
+
+// Owner returns the user the agent at ep is bound to.
+func (a *Agents) Owner(ep netip.AddrPort) string {
+	k, _ := a.Locate(ep)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owner[k]
+}
+
+// SetOwner binds the agent at ep behind the manager's back.
+func (a *Agents) SetOwner(ep netip.AddrPort, user string) {
+	k, _ := a.Locate(ep)
+	a.mu.Lock()
+	a.owner[k] = user
+	a.mu.Unlock()
+}
+
+// SetBusy says whether the agent at ep has a request in flight.
+func (a *Agents) SetBusy(ep netip.AddrPort, on bool) {
+	k, _ := a.Locate(ep)
+	a.mu.Lock()
+	a.busy[k] = on
+	a.mu.Unlock()
+}
+
+// SetDue sets the next due time the agent at ep reports when asked to go
+// idle (nil: none).
+func (a *Agents) SetDue(ep netip.AddrPort, at *time.Time) {
+	k, _ := a.Locate(ep)
+	a.mu.Lock()
+	a.due[k] = at
+	a.mu.Unlock()
+}
+
+// Claims counts the claims that bound an agent.
+func (a *Agents) Claims() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.claims
+}
+
+// Wakes counts the POST /wake calls, in all or (key != "") to one agent.
+func (a *Agents) Wakes(key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if key != "" {
+		return a.wakes[key]
+	}
+	n := 0
+	for _, w := range a.wakes {
+		n += w
+	}
+	return n
+}
