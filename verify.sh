@@ -15,7 +15,8 @@ usage() {
 Usage: ./verify.sh [--quick] [--stress]
 
   (no option)  go vet, go test -race ./..., e2e-test/run.sh against real Docker,
-               then the Kubernetes tests (manager/kube) against a real API server
+               the engine contract suite on Docker, then the Kubernetes tests
+               (manager/kube, the same suite among them) against a real API server
   --quick      go vet, the unit tests and the Kubernetes tests (no Docker)
   --stress     the same, while one busy-looping process per core competes for
                the CPU the whole time (the suite must hold on a busy machine)
@@ -89,6 +90,16 @@ step_e2e() {
   [[ $rc -eq 0 ]] || echo "e2e failed; full log: $LOG/e2e.log" >&2
 }
 
+# step_docker_contract runs the engine contract suite (the one the
+# Kubernetes step runs against the API server) against the real Docker
+# engine, with the agent image the e2e step built.
+step_docker_contract() {
+  echo "==> engine contract suite on Docker (manager/provision)"
+  local rc=0
+  AFFIDO_TEST_DOCKER=1 go test -race -count=1 -timeout 15m -v -run '^TestContractDocker$' ./manager/provision/ >"$LOG/contract-docker.log" 2>&1 || rc=$?
+  report_go "$LOG/contract-docker.log" "$rc" "the Docker contract suite"
+}
+
 # start_k8s_assets builds kube-apiserver and etcd in the background (once:
 # a no-op when the cache has them), so the first build overlaps the other
 # steps.
@@ -141,6 +152,7 @@ step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
 step_unit
 if [[ $quick == no ]]; then
   step_e2e
+  step_docker_contract
 fi
 step_k8s
 echo "verify: $passed passed, $failed failed"
