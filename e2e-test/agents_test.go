@@ -379,3 +379,59 @@ func TestCompactionOnALongConversation(t *testing.T) {
 		t.Fatalf("after the summary: %+v", r)
 	}
 }
+
+// A message sent just before the agent is SIGKILLed (while bob's answer is
+// still being written) is delivered once after the restart, and main gets
+// bob's one reply.
+func TestMessageDeliveredOnceAcrossSIGKILL(t *testing.T) {
+	user, tok := newUser(t, "msgkill")
+	bob := user + "/agents/bob"
+	mustPost(t, user, tok, "/agents", `{"name":"bob"}`, 201)
+	patch(t, user, tok, "/agents/main", `{"may_message":["bob"]}`)
+	grant(t, user, tok, "send_message")
+	sent := mustPost(t, user, tok, "/prompt", `{"text":"message bob: slow 3000: ping","wait":false}`, 202)
+	inbox := func() []int64 {
+		var sessions struct {
+			Conversations []struct {
+				ID    int64
+				Title string
+			}
+		}
+		json.Unmarshal([]byte(mustGet(t, bob, tok, "/sessions").Body), &sessions)
+		var ids []int64
+		for _, c := range sessions.Conversations {
+			if strings.HasPrefix(c.Title, "message from main") {
+				ids = append(ids, c.ID)
+			}
+		}
+		return ids
+	}
+	waitUntil(t, 30*time.Second, "bob to receive the message", func() bool { return len(inbox()) == 1 })
+	docker(t, "kill", "-s", "KILL", stack+"-"+user+"-agent")
+	conv := int64(sent["conversation_id"].(float64))
+	var mainSide []storedEntry
+	waitUntil(t, 90*time.Second, "main's run to end after the kill", func() bool {
+		mainSide = entriesOf(t, user, tok, conv)
+		last := mainSide[len(mainSide)-1]
+		return last.Kind == "assistant_message" && (len(last.ToolCalls) == 0 || string(last.ToolCalls) == "null")
+	})
+	ids := inbox()
+	if len(ids) != 1 {
+		t.Fatalf("bob has %d conversations for one message", len(ids))
+	}
+	received := 0
+	for _, e := range entriesOf(t, bob, tok, ids[0]) {
+		if e.Kind == "outside_text" {
+			received++
+		}
+	}
+	replies := 0
+	for _, e := range mainSide {
+		if e.Kind == "outside_text" && strings.Contains(string(e.Data), `"from_agent":"bob"`) {
+			replies++
+		}
+	}
+	if received != 1 || replies != 1 {
+		t.Fatalf("bob received the message %d times; main holds %d replies", received, replies)
+	}
+}
