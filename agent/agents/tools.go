@@ -56,11 +56,6 @@ func (e *NoReplyError) Error() string {
 	return fmt.Sprintf("%s did not reply (%s); the message was delivered and stays in its conversation %d", e.To, e.Reason, e.ConversationID)
 }
 
-func schema(props string, required ...string) json.RawMessage {
-	req, _ := json.Marshal(required)
-	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `}`)
-}
-
 // hopsOf is the hop count of the run a tool call belongs to: 0 for a run
 // the owner started.
 func hopsOf(ctx context.Context, c durable.ToolCallContext) (int, error) {
@@ -82,7 +77,7 @@ func SendMessage(self Agent, hub Hub) durable.Tool {
 	return durable.Tool{
 		Name:        "send_message",
 		Description: "Send a message to another of the owner's agents (one you may message) and wait for its reply, which comes back as outside text.",
-		Parameters:  schema(`"to":{"type":"string"},"text":{"type":"string"}`, "to", "text"),
+		Parameters:  durable.Schema(`"to":{"type":"string"},"text":{"type":"string"}`, "to", "text"),
 		Safe:        true,
 		Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 			var a struct{ To, Text string }
@@ -125,7 +120,7 @@ func Delegate(self Agent, hub Hub) durable.Tool {
 		Name: "delegate",
 		Description: "Give a task to the worker, an agent that can fetch web pages and search the web but sees none of the owner's data " +
 			"(only the task text). Its answer comes back as outside text, with the URLs and sha256 of the pages it read.",
-		Parameters: schema(`"task":{"type":"string"}`, "task"),
+		Parameters: durable.Schema(`"task":{"type":"string"}`, "task"),
 		Safe:       true,
 		Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 			var a struct{ Task string }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -85,4 +87,28 @@ func runTool(ctx context.Context, tool Tool, call ToolCallContext, args json.Raw
 // interrupted.
 func InterruptedOutput(name string) string {
 	return fmt.Sprintf("[error] Tool %s was interrupted and may have partially run. Check its effects before running it again.", name)
+}
+
+// Schema is the JSON schema of a tool's arguments: an object with props
+// (JSON text of the properties) of which required must be given.
+func Schema(props string, required ...string) json.RawMessage {
+	req, _ := json.Marshal(required)
+	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `}`)
+}
+
+// IDArgument reads a tool call's "id" argument, which models give as a
+// number or a string; what names the id in the error is "a reminder id
+// from list_reminders", say.
+func IDArgument(args json.RawMessage, what string) (int64, error) {
+	var a struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if err := json.Unmarshal(args, &a); err != nil {
+		return 0, fmt.Errorf("invalid arguments: %w", err)
+	}
+	id, err := strconv.ParseInt(strings.Trim(string(a.ID), `"`), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("id must be %s", what)
+	}
+	return id, nil
 }

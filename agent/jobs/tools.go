@@ -4,17 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/affido/affido/agent/durable"
 )
-
-func schema(props string, required ...string) json.RawMessage {
-	req, _ := json.Marshal(required)
-	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `}`)
-}
 
 // Tools returns schedule_job, list_jobs and cancel_job. schedule_job always
 // asks the owner: a job runs a prompt again and again with nobody watching,
@@ -25,7 +19,7 @@ func Tools() []durable.Tool {
 			Name: "schedule_job",
 			Description: "Schedule a prompt to run on a cron schedule (five fields: minute hour day-of-month month day-of-week, " +
 				"or @hourly, @daily) in a time zone (tz, e.g. Europe/Paris; default UTC). The owner approves every job.",
-			Parameters: schema(`"cron":{"type":"string"},"tz":{"type":"string"},"prompt":{"type":"string"},"name":{"type":"string"}`, "cron", "prompt"),
+			Parameters: durable.Schema(`"cron":{"type":"string"},"tz":{"type":"string"},"prompt":{"type":"string"},"name":{"type":"string"}`, "cron", "prompt"),
 			AlwaysAsk:  true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				var s Spec
@@ -47,7 +41,7 @@ func Tools() []durable.Tool {
 		{
 			Name:        "list_jobs",
 			Description: "List the scheduled jobs with their next run.",
-			Parameters:  schema(""),
+			Parameters:  durable.Schema(""),
 			Safe:        true,
 			ReadOnly:    true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
@@ -73,17 +67,11 @@ func Tools() []durable.Tool {
 		{
 			Name:        "cancel_job",
 			Description: "Cancel a scheduled job by its id (from list_jobs).",
-			Parameters:  schema(`"id":{"type":"string"}`, "id"),
+			Parameters:  durable.Schema(`"id":{"type":"string"}`, "id"),
 			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
-				var a struct {
-					ID json.RawMessage `json:"id"`
-				}
-				if err := json.Unmarshal(args, &a); err != nil {
-					return durable.ToolResult{}, fmt.Errorf("invalid arguments: %w", err)
-				}
-				id, err := strconv.ParseInt(strings.Trim(string(a.ID), `"`), 10, 64)
+				id, err := durable.IDArgument(args, "a job id from list_jobs")
 				if err != nil {
-					return durable.ToolResult{}, fmt.Errorf("id must be a job id from list_jobs")
+					return durable.ToolResult{}, err
 				}
 				t, j, err := Get(ctx, c.Store, id)
 				if err != nil {

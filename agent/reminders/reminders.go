@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -121,18 +120,13 @@ func ParseWhen(now time.Time, at, after string) (time.Time, error) {
 	return time.Time{}, errors.New("give at (a time) or after (a duration)")
 }
 
-func schema(props string, required ...string) json.RawMessage {
-	req, _ := json.Marshal(required)
-	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `}`)
-}
-
 // Tools returns set_reminder, list_reminders and cancel_reminder.
 func Tools() []durable.Tool {
 	return []durable.Tool{
 		{
 			Name:        "set_reminder",
 			Description: "Set a reminder for a time (at, RFC 3339) or after a duration (after, e.g. 20m). It fires even if the sandbox sleeps, and notifies the owner.",
-			Parameters:  schema(`"text":{"type":"string"},"at":{"type":"string"},"after":{"type":"string"}`, "text"),
+			Parameters:  durable.Schema(`"text":{"type":"string"},"at":{"type":"string"},"after":{"type":"string"}`, "text"),
 			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				var a struct{ Text, At, After string }
 				if err := json.Unmarshal(args, &a); err != nil {
@@ -157,7 +151,7 @@ func Tools() []durable.Tool {
 		{
 			Name:        "list_reminders",
 			Description: "List the reminders that have not fired yet.",
-			Parameters:  schema(""),
+			Parameters:  durable.Schema(""),
 			Safe:        true,
 			ReadOnly:    true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
@@ -178,17 +172,11 @@ func Tools() []durable.Tool {
 		{
 			Name:        "cancel_reminder",
 			Description: "Cancel a pending reminder by its id (from list_reminders).",
-			Parameters:  schema(`"id":{"type":"string"}`, "id"),
+			Parameters:  durable.Schema(`"id":{"type":"string"}`, "id"),
 			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
-				var a struct {
-					ID json.RawMessage `json:"id"`
-				}
-				if err := json.Unmarshal(args, &a); err != nil {
-					return durable.ToolResult{}, fmt.Errorf("invalid arguments: %w", err)
-				}
-				id, err := strconv.ParseInt(strings.Trim(string(a.ID), `"`), 10, 64)
+				id, err := durable.IDArgument(args, "a reminder id from list_reminders")
 				if err != nil {
-					return durable.ToolResult{}, fmt.Errorf("id must be a reminder id from list_reminders")
+					return durable.ToolResult{}, err
 				}
 				t, text, err := Cancel(ctx, c.Store, id, c.Now)
 				if err != nil {

@@ -29,11 +29,6 @@ const (
 	ShellMaxTimeout = 5 * time.Minute
 )
 
-func schema(props string, required ...string) json.RawMessage {
-	req, _ := json.Marshal(required)
-	return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(req) + `}`)
-}
-
 func decode(args json.RawMessage, v any) error {
 	if err := json.Unmarshal(args, v); err != nil {
 		return fmt.Errorf("invalid arguments: %w", err)
@@ -69,7 +64,7 @@ func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 		{
 			Name:        "list_files",
 			Description: "List the files in a workspace directory (default: the workspace root).",
-			Parameters:  schema(`"path":{"type":"string","description":"directory, relative to the workspace"}`),
+			Parameters:  durable.Schema(`"path":{"type":"string","description":"directory, relative to the workspace"}`),
 			Safe:        true,
 			ReadOnly:    true,
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
@@ -98,7 +93,7 @@ func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 		{
 			Name:        "read_file",
 			Description: "Read a text file from the workspace.",
-			Parameters:  schema(`"path":{"type":"string"}`, "path"),
+			Parameters:  durable.Schema(`"path":{"type":"string"}`, "path"),
 			Safe:        true,
 			ReadOnly:    true,
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
@@ -120,7 +115,7 @@ func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 		{
 			Name:        "write_file",
 			Description: "Write a text file in the workspace, replacing it if it exists.",
-			Parameters:  schema(`"path":{"type":"string"},"content":{"type":"string"}`, "path", "content"),
+			Parameters:  durable.Schema(`"path":{"type":"string"},"content":{"type":"string"}`, "path", "content"),
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				var a struct{ Path, Content string }
 				if err := decode(args, &a); err != nil {
@@ -136,7 +131,7 @@ func Builtin(ws workspace.Workspace, shell Shell) []durable.Tool {
 		{
 			Name:        "shell",
 			Description: "Run a command with the sandbox's minimal shell in the workspace. No network, no package managers.",
-			Parameters:  schema(`"command":{"type":"string"},"timeout_seconds":{"type":"integer"}`, "command"),
+			Parameters:  durable.Schema(`"command":{"type":"string"},"timeout_seconds":{"type":"integer"}`, "command"),
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				var a struct {
 					Command        string
