@@ -23,13 +23,14 @@ type Agents struct {
 	owner  map[string]string     // claimed user
 	busy   map[string]bool       // a request in flight
 	due    map[string]*time.Time // next due time PrepareIdle reports
+	dueFor map[string]*time.Time // the same, by the claimed user, for agents not yet up
 	claims int
 	wakes  map[string]int
 }
 
 // NewAgents returns fake agents located by locate.
 func NewAgents(locate func(ep netip.AddrPort) (string, bool)) *Agents {
-	return &Agents{Locate: locate, owner: map[string]string{}, busy: map[string]bool{}, due: map[string]*time.Time{}, wakes: map[string]int{}}
+	return &Agents{Locate: locate, owner: map[string]string{}, busy: map[string]bool{}, due: map[string]*time.Time{}, dueFor: map[string]*time.Time{}, wakes: map[string]int{}}
 }
 
 func (a *Agents) at(ep netip.AddrPort) (string, error) {
@@ -76,7 +77,11 @@ func (a *Agents) PrepareIdle(ctx context.Context, ep netip.AddrPort) (bool, *tim
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.busy[k], a.due[k], nil
+	due := a.due[k]
+	if due == nil {
+		due = a.dueFor[a.owner[k]]
+	}
+	return a.busy[k], due, nil
 }
 
 // Wake counts a POST /wake; the agent's due time is then past.
@@ -89,6 +94,7 @@ func (a *Agents) Wake(ctx context.Context, ep netip.AddrPort) error {
 		return fmt.Errorf("connect %s: no running sandbox", ep)
 	}
 	delete(a.due, k)
+	delete(a.dueFor, a.owner[k])
 	return nil
 }
 
@@ -122,6 +128,14 @@ func (a *Agents) SetDue(ep netip.AddrPort, at *time.Time) {
 	k, _ := a.Locate(ep)
 	a.mu.Lock()
 	a.due[k] = at
+	a.mu.Unlock()
+}
+
+// SetDueFor sets the due time the agent bound to user reports, before that
+// agent is up (so no idle tier can come first).
+func (a *Agents) SetDueFor(user string, at *time.Time) {
+	a.mu.Lock()
+	a.dueFor[user] = at
 	a.mu.Unlock()
 }
 
