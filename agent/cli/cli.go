@@ -4,6 +4,8 @@ package cli
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -183,13 +185,9 @@ func serve(ctx context.Context) error {
 	}
 	quota := quotaMB << 20
 	toolsWS := workspace.Workspace{Dir: ws, Quota: quota, Also: []string{filepath.Join(data, "corpus")}}
-	var caller netip.Addr
-	if v := os.Getenv(sandboxapi.EnvCallerIP); v != "" {
-		if caller, err = netip.ParseAddr(v); err != nil {
-			return fmt.Errorf("%s: %w", sandboxapi.EnvCallerIP, err)
-		}
-	} else if os.Getenv(sandboxapi.EnvPrivsep) == "required" {
-		return fmt.Errorf("%s is not set: the agent's API must answer Caddy alone", sandboxapi.EnvCallerIP)
+	caller, callerKey, err := callerFromEnv()
+	if err != nil {
+		return err
 	}
 	compaction, err := compactionFromEnv()
 	if err != nil {
@@ -199,14 +197,15 @@ func serve(ctx context.Context) error {
 	model := modelclient.New(gatewayURL+"/v1/gateway", id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
 	s := server.New(server.Config{
-		Identity:     id,
-		Workspace:    ws,
-		SessionDB:    sessionDB,
-		Caller:       caller,
-		Quota:        quota,
-		Model:        model,
-		DefaultModel: env(sandboxapi.EnvModel, "fake/echo"),
-		Models:       model.Models,
+		Identity:      id,
+		Workspace:     ws,
+		SessionDB:     sessionDB,
+		Caller:        caller,
+		CallerKeyHash: callerKey,
+		Quota:         quota,
+		Model:         model,
+		DefaultModel:  env(sandboxapi.EnvModel, "fake/echo"),
+		Models:        model.Models,
 		// The owner's agents have no web tools of their own: they delegate
 		// to the worker, whose answers come back as outside text.
 		WorkerTools:  tools.WebTools(model),
@@ -347,4 +346,28 @@ func (w *wakeReporter) scheduled(at time.Time) {
 	if err := w.report(ctx, at); err != nil {
 		w.log.Warn("report the next wake time to the manager", "at", at, "err", err)
 	}
+}
+
+// callerFromEnv reads who may call the API: Caddy's address
+// (EnvCallerIP, on Docker), the hash of the key Caddy sends
+// (EnvCallerKeyHash, on Kubernetes), or both. The image (EnvPrivsep
+// "required") refuses to start with neither.
+func callerFromEnv() (addr netip.Addr, keyHash [sha256.Size]byte, err error) {
+	ip, hash := os.Getenv(sandboxapi.EnvCallerIP), os.Getenv(sandboxapi.EnvCallerKeyHash)
+	if ip != "" {
+		if addr, err = netip.ParseAddr(ip); err != nil {
+			return addr, keyHash, fmt.Errorf("%s: %w", sandboxapi.EnvCallerIP, err)
+		}
+	}
+	if hash != "" {
+		b, err := hex.DecodeString(hash)
+		if err != nil || len(b) != sha256.Size {
+			return addr, keyHash, fmt.Errorf("%s: want the 64 hex digits of a sha256, got %d characters", sandboxapi.EnvCallerKeyHash, len(hash))
+		}
+		copy(keyHash[:], b)
+	}
+	if ip == "" && hash == "" && os.Getenv(sandboxapi.EnvPrivsep) == "required" {
+		return addr, keyHash, fmt.Errorf("neither %s nor %s is set: the agent's API must answer Caddy alone", sandboxapi.EnvCallerIP, sandboxapi.EnvCallerKeyHash)
+	}
+	return addr, keyHash, nil
 }

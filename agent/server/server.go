@@ -9,6 +9,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,6 +70,11 @@ type Config struct {
 	// tools work for that user anyway). Zero allows any address
 	// (tests, development outside the sandbox).
 	Caller netip.Addr
+	// CallerKeyHash, when not zero, is the sha256 of the key every request
+	// must carry in sandboxapi.HeaderCaller (but GET /health, as above):
+	// Caddy sets it where its address is not fixed (Kubernetes). It holds
+	// with Caller when both are set.
+	CallerKeyHash [sha256.Size]byte
 }
 
 // Server is the agent's HTTP server.
@@ -182,14 +189,27 @@ func (s *Server) Handler() http.Handler {
 	return s.onlyFromCaller(s.track(s.onlyClaimed(s.byAgent(mux))))
 }
 
-// onlyFromCaller refuses requests that do not come from cfg.Caller.
+// onlyFromCaller refuses requests that do not come from cfg.Caller or do
+// not carry the key of cfg.CallerKeyHash, and drops the key from the
+// request before anything else sees it.
 func (s *Server) onlyFromCaller(next http.Handler) http.Handler {
-	if !s.cfg.Caller.IsValid() {
+	byAddr, byKey := s.cfg.Caller.IsValid(), s.cfg.CallerKeyHash != [sha256.Size]byte{}
+	if !byAddr && !byKey {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ap, err := netip.ParseAddrPort(r.RemoteAddr)
-		if (err != nil || ap.Addr().Unmap() != s.cfg.Caller) && !(r.Method == http.MethodGet && r.URL.Path == sandboxapi.HealthPath) {
+		ok := true
+		if byAddr {
+			ap, err := netip.ParseAddrPort(r.RemoteAddr)
+			ok = err == nil && ap.Addr().Unmap() == s.cfg.Caller
+		}
+		if byKey {
+			keys := r.Header.Values(sandboxapi.HeaderCaller)
+			sum := sha256.Sum256([]byte(strings.Join(keys, ",")))
+			ok = ok && len(keys) == 1 && subtle.ConstantTimeCompare(sum[:], s.cfg.CallerKeyHash[:]) == 1
+			r.Header.Del(sandboxapi.HeaderCaller)
+		}
+		if !ok && !(r.Method == http.MethodGet && r.URL.Path == sandboxapi.HealthPath) {
 			problem.Write(w, http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy")
 			return
 		}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/sandboxapi"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/identity"
@@ -530,6 +532,65 @@ func TestAPIAnswersOnlyTheCaller(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "corpus")); err == nil {
 		t.Fatal("a refused ingest wrote the corpus")
+	}
+}
+
+// Where Caddy's address is not fixed (Kubernetes) the API answers only the
+// key Caddy sends, and the agent holds just its hash. Tried: no key, a
+// guess, the hash itself, the key with a byte more, the key twice, the
+// right key beside a wrong one; each is refused and writes nothing, and
+// the right key alone gets through.
+func TestAPIAnswersOnlyTheCallerKey(t *testing.T) {
+	const key = "0123456789abcdef0123456789abcdef-key"
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	db := filepath.Join(dir, "data", "session.db")
+	s := server.New(server.Config{Identity: identityOf(t, db, "u"), SessionDB: db, Workspace: ws,
+		DefaultModel: "fake/echo", CallerKeyHash: sha256.Sum256([]byte(key)),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer s.Close()
+	h := httptest.NewServer(s.Handler())
+	defer h.Close()
+	send := func(method, path, body string, keys ...string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.URL+path, strings.NewReader(body))
+		for _, k := range keys {
+			req.Header.Add(sandboxapi.HeaderCaller, k)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := send("GET", "/health", ""); c != 200 {
+		t.Fatalf("GET /health without the key: %d, want 200", c)
+	}
+	for _, keys := range [][]string{nil, {""}, {"guess"}, {sandboxapi.CallerKeyHash(key)}, {key + "x"}, {key, key}, {key, "guess"}} {
+		for _, tc := range []struct{ method, path, body string }{
+			{"GET", "/status", ""},
+			{"POST", "/ingest?name=planted.txt", "a planted document"},
+			{"POST", "/prompt", `{"text":"hi"}`},
+			{"PUT", "/uploads/x.txt", "x"},
+			{"POST", "/claim", `{}`},
+		} {
+			if c := send(tc.method, tc.path, tc.body, keys...); c != http.StatusForbidden {
+				t.Errorf("%s %s with caller keys %q: %d, want 403", tc.method, tc.path, keys, c)
+			}
+		}
+	}
+	if ents, _ := os.ReadDir(ws); len(ents) != 0 {
+		t.Fatalf("refused requests wrote %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "corpus")); err == nil {
+		t.Fatal("a refused ingest wrote the corpus")
+	}
+	if c := send("GET", "/status", "", key); c != 200 {
+		t.Fatalf("GET /status with the key: %d, want 200", c)
+	}
+	if c := send("PUT", "/uploads/x.txt", "x", key); c != 201 {
+		t.Fatalf("PUT /uploads/x.txt with the key: %d, want 201", c)
 	}
 }
 

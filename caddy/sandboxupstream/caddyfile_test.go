@@ -32,6 +32,21 @@ type stack struct {
 	mu                     sync.Mutex
 	resolves               []url.Values
 	gatewayHeaders         []http.Header
+	callerKeys             [][]string // X-Affido-Caller as each request reached a sandbox or the manager
+}
+
+// callerKeySeen returns the X-Affido-Caller values of the last request that
+// reached a stand-in.
+func (s *stack) callerKeySeen() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.callerKeys[len(s.callerKeys)-1]
+}
+
+func (s *stack) sawCaller(r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.callerKeys = append(s.callerKeys, r.Header.Values("X-Affido-Caller"))
 }
 
 func (s *stack) resolveCalls() []url.Values {
@@ -74,6 +89,7 @@ func startStack(t *testing.T) *stack {
 			s.sbB = ln.Addr().String()
 		}
 		serve(t, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.sawCaller(r)
 			if r.URL.Path == "/hostile-headers" { // a sandbox trying to act on the site's origin
 				w.Header().Add("Set-Cookie", "better-auth.session_token=planted; Path=/")
 				w.Header().Set("Clear-Site-Data", `"cookies"`)
@@ -92,6 +108,7 @@ func startStack(t *testing.T) *stack {
 	mln := listen(t, "127.0.0.1:0")
 	s.manager = mln.Addr().String()
 	serve(t, mln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.sawCaller(r)
 		if strings.HasPrefix(r.URL.Path, "/v1/gateway/") {
 			s.mu.Lock()
 			s.gatewayHeaders = append(s.gatewayHeaders, r.Header.Clone())
@@ -135,6 +152,7 @@ func startStack(t *testing.T) *stack {
 	t.Setenv("AFFIDO_CADDY_IP", "127.0.0.1")
 	t.Setenv("AFFIDO_MANAGER", s.manager)
 	t.Setenv("AFFIDO_SANDBOX_POOL", "127.0.1.0/24")
+	t.Setenv("AFFIDO_CALLER_KEY", callerKey) // as on Kubernetes; Docker leaves it empty
 	adapter := caddyconfig.GetAdapter("caddyfile")
 	cfgJSON, _, err := adapter.Adapt(src, nil)
 	if err != nil {
@@ -160,6 +178,9 @@ func startStack(t *testing.T) *stack {
 	t.Cleanup(func() { _ = caddy.Stop() })
 	return s
 }
+
+// callerKey is the key Caddy sends sandboxes in the tests.
+const callerKey = "0123456789abcdef0123456789abcdef-caller"
 
 func get(t *testing.T, rawURL string, hdr map[string]string) (int, string) {
 	t.Helper()
@@ -226,6 +247,37 @@ func TestCaddyRoute(t *testing.T) {
 				if code != 200 || !strings.HasPrefix(body, "sandbox A path=/claim ") || !strings.HasSuffix(body, "control=[]") {
 					t.Errorf("%s with X-Affido-Control %q: got %d %q", method, forged, code, body)
 				}
+			}
+		}
+	})
+
+	// The agent's API answers only this key where Caddy's address is not
+	// fixed (Kubernetes): Caddy sends its own on both listeners, whatever
+	// the client sent, and a client's never reaches the manager.
+	t.Run("the caller key reaches sandboxes from Caddy alone", func(t *testing.T) {
+		for _, forged := range []string{"", "guess", callerKey + "x"} {
+			h := map[string]string{"Cookie": alice["Cookie"]}
+			if forged != "" {
+				h["X-Affido-Caller"] = forged
+			}
+			code, body := get(t, s.user+"/u/alice/status", h)
+			if got := s.callerKeySeen(); code != 200 || !strings.HasPrefix(body, "sandbox A path=/status ") || len(got) != 1 || got[0] != callerKey {
+				t.Errorf("user route, client sent %q: %d %q, sandbox saw %q", forged, code, body, got)
+			}
+			code, body = send(t, "POST", s.control+"/_sandbox/"+s.sbA+"/wake", map[string]string{"X-Affido-Caller": forged})
+			if got := s.callerKeySeen(); code != 200 || len(got) != 1 || got[0] != callerKey {
+				t.Errorf("control route, client sent %q: %d %q, sandbox saw %q", forged, code, body, got)
+			}
+			if forged == "" {
+				continue
+			}
+			// Without credentials the request ends at the manager's
+			// resolve, which must not see the key a client sent either.
+			if code, _ := get(t, s.user+"/u/alice/status", map[string]string{"X-Affido-Caller": forged}); code != 401 {
+				t.Errorf("no credentials, client sent %q: %d", forged, code)
+			}
+			if got := s.callerKeySeen(); len(got) != 0 {
+				t.Errorf("the manager saw the client's caller key %q", got)
 			}
 		}
 	})

@@ -6,6 +6,8 @@
 package sandboxapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"time"
 )
@@ -17,7 +19,8 @@ const (
 	EnvWorkspace      = "WORKSPACE"                 // the workspace volume
 	EnvListen         = "AFFIDO_LISTEN"             // the agent's API address, e.g. ":8080"
 	EnvGatewayURL     = "AFFIDO_GATEWAY_URL"        // the gateway as the sandbox reaches it, e.g. http://gateway:8088
-	EnvCallerIP       = "AFFIDO_CALLER_IP"          // the one address the API answers: Caddy's on the user network
+	EnvCallerIP       = "AFFIDO_CALLER_IP"          // the one address the API answers: Caddy's on the user network (Docker)
+	EnvCallerKeyHash  = "AFFIDO_CALLER_KEY_SHA256"  // hex sha256 of the key Caddy sends as HeaderCaller: the API answers only requests that carry it (Kubernetes, where Caddy's address is not fixed)
 	EnvModel          = "AFFIDO_MODEL"              // the default model
 	EnvWorkspaceQuota = "AFFIDO_WORKSPACE_QUOTA_MB" // MiB of workspace and corpus together
 	EnvBodyTimeout    = "AFFIDO_BODY_TIMEOUT"       // how long a request body may take (a Go duration)
@@ -51,6 +54,20 @@ const (
 // which sets it to "1"; the user route strips it. The agent accepts
 // ClaimPath only with it.
 const HeaderControl = "X-Affido-Control"
+
+// HeaderCaller carries the caller key: Caddy sets it on every request it
+// sends a sandbox (both listeners; a client's own is dropped), and an
+// agent given EnvCallerKeyHash answers nothing else. The agent holds only
+// the key's hash, so neither it nor a tool that reads its environment can
+// forge the key.
+const HeaderCaller = "X-Affido-Caller"
+
+// CallerKeyHash is the hex sha256 of a caller key, as EnvCallerKeyHash
+// holds it (`printf %s "$key" | sha256sum`).
+func CallerKeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
 
 // Problem types (RFC 7807 "type" suffixes) of the control routes.
 const (

@@ -3,6 +3,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -71,7 +73,7 @@ type Kube struct {
 	StorageClass   string       // AFFIDO_KUBE_STORAGE_CLASS: of the sandboxes' claims; empty: the default class
 	VolumeSize     string       // AFFIDO_KUBE_VOLUME_SIZE: of each claim
 	GatewayService string       // AFFIDO_KUBE_GATEWAY_SERVICE: Caddy's gateway Service, "gateway" in the Pods
-	CallerIP       string       // AFFIDO_KUBE_CALLER_IP: the one address the agents' API answers (Caddy's)
+	CallerKeyHash  string       // AFFIDO_KUBE_CALLER_KEY_SHA256: hex sha256 of the key Caddy sends sandboxes; the agents answer nothing else
 }
 
 func list(s string) []string {
@@ -245,15 +247,15 @@ func Load() (Config, error) {
 			StorageClass:   os.Getenv("AFFIDO_KUBE_STORAGE_CLASS"),
 			VolumeSize:     str("AFFIDO_KUBE_VOLUME_SIZE", "1Gi"),
 			GatewayService: str("AFFIDO_KUBE_GATEWAY_SERVICE", "affido-gateway"),
-			CallerIP:       os.Getenv("AFFIDO_KUBE_CALLER_IP"),
+			CallerKeyHash:  os.Getenv("AFFIDO_KUBE_CALLER_KEY_SHA256"),
 		}
 		cidr, err := netip.ParsePrefix(os.Getenv("AFFIDO_KUBE_POD_CIDR"))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_POD_CIDR, the cluster's pod range (such as 10.244.0.0/16): %w", err))
 		}
 		c.Kube.PodCIDR = cidr.Masked()
-		if _, err := netip.ParseAddr(c.Kube.CallerIP); err != nil {
-			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_CALLER_IP, Caddy's Pod address: %w", err))
+		if b, err := hex.DecodeString(c.Kube.CallerKeyHash); err != nil || len(b) != sha256.Size {
+			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_CALLER_KEY_SHA256, the 64 hex digits of the sha256 of Caddy's AFFIDO_CALLER_KEY (got %d characters)", len(c.Kube.CallerKeyHash)))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME: want docker or kubernetes, got %q", c.Runtime))

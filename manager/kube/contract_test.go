@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/kube"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/lifecycle/enginetest"
@@ -19,7 +20,7 @@ func TestContractKubernetes(t *testing.T) {
 		ns := namespace(t, cs, "baseline")
 		k := startKubelet(t, cs, ns)
 		eng, err := kube.New(cs, kube.Config{Namespace: ns, Stack: "affido", Image: "affido/agent:test",
-			GatewayURL: "http://gateway:8088", GatewayIP: netip.MustParseAddr("10.96.0.88"), CallerIP: "10.244.0.1",
+			GatewayURL: "http://gateway:8088", GatewayIP: netip.MustParseAddr("10.96.0.88"), CallerKeyHash: sandboxapi.CallerKeyHash("test caller key"),
 			MemoryBytes: 512 << 20, MilliCPU: 1000})
 		if err != nil {
 			t.Fatal(err)

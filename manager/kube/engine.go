@@ -45,9 +45,10 @@ type Config struct {
 	// ClusterIP of Caddy's gateway Service): the Pod needs no DNS.
 	GatewayIP   netip.Addr
 	GatewayPort uint16 // Caddy's gateway port, the only egress (8088)
-	// CallerIP is the one address the agent's API answers (see the README:
-	// on a cluster the agent would need to accept Caddy's range).
-	CallerIP string
+	// CallerKeyHash is the sha256 (hex) of the key Caddy sends every
+	// sandbox (sandboxapi.HeaderCaller): the agent's API answers only
+	// requests that carry it, whichever of Caddy's Pods they come from.
+	CallerKeyHash string
 	// CaddyLabels select Caddy's Pods: the only ones let in, and the only
 	// ones the agent may reach.
 	CaddyLabels  map[string]string

@@ -131,3 +131,40 @@ func replicas(objs []*unstructured.Unstructured, name string) int64 {
 	}
 	return 0
 }
+
+// Caddy sends the caller key and the manager hands agents its hash: both
+// come from the one Secret the operator makes, so they cannot drift, and
+// Caddy can run more than one Pod (agents check the key, not an address).
+func TestManifestsShareTheCallerKey(t *testing.T) {
+	objs := manifests(t)
+	secret := func(deployment, env string) (name, key string) {
+		for _, o := range objs {
+			if o.GetKind() != "Deployment" || o.GetName() != deployment {
+				continue
+			}
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			for _, c := range cs {
+				vars, _, _ := unstructured.NestedSlice(c.(map[string]any), "env")
+				for _, v := range vars {
+					v := v.(map[string]any)
+					if v["name"] != env {
+						continue
+					}
+					name, _, _ := unstructured.NestedString(v, "valueFrom", "secretKeyRef", "name")
+					key, _, _ := unstructured.NestedString(v, "valueFrom", "secretKeyRef", "key")
+					return name, key
+				}
+			}
+		}
+		return "", ""
+	}
+	if name, key := secret("affido-caddy", "AFFIDO_CALLER_KEY"); name != "affido-caller" || key != "key" {
+		t.Errorf("Caddy's AFFIDO_CALLER_KEY comes from secret %q key %q, want affido-caller key", name, key)
+	}
+	if name, key := secret("affido-manager", "AFFIDO_KUBE_CALLER_KEY_SHA256"); name != "affido-caller" || key != "sha256" {
+		t.Errorf("the manager's AFFIDO_KUBE_CALLER_KEY_SHA256 comes from secret %q key %q, want affido-caller sha256", name, key)
+	}
+	if n := replicas(objs, "affido-caddy"); n < 2 {
+		t.Errorf("the Caddy Deployment has %d replicas, want 2 or more", n)
+	}
+}

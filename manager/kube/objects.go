@@ -35,7 +35,7 @@ func (c Config) Pod(n provision.Names) *corev1.Pod {
 	c.defaults()
 	root := int64(0)
 	env := []corev1.EnvVar{}
-	for _, kv := range provision.AgentEnv(c.AgentPort, c.GatewayURL, c.CallerIP, c.Env) {
+	for _, kv := range provision.AgentEnv(c.AgentPort, c.GatewayURL, provision.Caller{KeyHash: c.CallerKeyHash}, c.Env) {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/provision"
 )
 
@@ -17,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 func testConfig() Config {
 	c := Config{Namespace: "affido-sandboxes", Stack: "affido", Image: "affido/agent:dev",
-		GatewayURL: "http://gateway:8088", GatewayIP: netip.MustParseAddr("10.96.0.88"), CallerIP: "10.244.0.10",
+		GatewayURL: "http://gateway:8088", GatewayIP: netip.MustParseAddr("10.96.0.88"), CallerKeyHash: sandboxapi.CallerKeyHash("golden caller key"),
 		MemoryBytes: 512 << 20, MilliCPU: 1000, StorageClass: "standard", VolumeSize: resource.MustParse("2Gi"),
 		Env: []string{"AFFIDO_MODEL=fake/echo"}}
 	c.defaults()

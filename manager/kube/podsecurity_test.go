@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/kube"
 	"github.com/affido/affido/manager/provision"
 )
@@ -23,7 +24,7 @@ func TestPodSecurityLevel(t *testing.T) {
 		admit bool
 	}{{"baseline", true}, {"restricted", false}} {
 		ns := namespace(t, cs, tt.level)
-		c := kube.Config{Namespace: ns, Stack: "affido", Image: "affido/agent:test", CallerIP: "10.244.0.1", MemoryBytes: 512 << 20, MilliCPU: 500}
+		c := kube.Config{Namespace: ns, Stack: "affido", Image: "affido/agent:test", CallerKeyHash: sandboxapi.CallerKeyHash("test caller key"), MemoryBytes: 512 << 20, MilliCPU: 500}
 		pod := c.Pod(provision.Names{Stack: "affido", Sandbox: "alice"})
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {

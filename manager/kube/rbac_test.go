@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/kube"
 	"github.com/affido/affido/manager/provision"
 )
@@ -54,7 +55,7 @@ func TestManagerRoleSuffices(t *testing.T) {
 	}
 	startKubelet(t, cs, ns)
 	eng, err := kube.New(mcs, kube.Config{Namespace: ns, Stack: "rbac", Image: "affido/agent:test",
-		GatewayIP: netip.MustParseAddr(svc.Spec.ClusterIP), CallerIP: "10.244.0.1"})
+		GatewayIP: netip.MustParseAddr(svc.Spec.ClusterIP), CallerKeyHash: sandboxapi.CallerKeyHash("test caller key")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 // ErrNotFound is returned when a sandbox object does not exist.
@@ -261,7 +263,7 @@ func (d *Docker) Create(ctx context.Context, n Names, subnet netip.Prefix) (Cont
 			User:   "0:0",
 			Labels: n.Labels(),
 			// The only address the agent's API answers: Caddy's on this network.
-			Env:         AgentEnv(d.cfg.AgentPort, d.cfg.GatewayURL, GatewayIP(subnet).String(), d.cfg.Env),
+			Env:         AgentEnv(d.cfg.AgentPort, d.cfg.GatewayURL, Caller{IP: GatewayIP(subnet).String()}, d.cfg.Env),
 			StopTimeout: &stop,
 		},
 		HostConfig: &container.HostConfig{
@@ -438,17 +440,31 @@ func (d *Docker) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	return out, errc
 }
 
+// Caller is who an agent's API answers: Caddy's address (Docker, where
+// Caddy has a fixed one on each user network) or the hash of the key Caddy
+// sends (Kubernetes, where its Pods come and go); either or both.
+type Caller struct {
+	IP      string
+	KeyHash string // sandboxapi.CallerKeyHash of the key
+}
+
 // AgentEnv is the environment of an agent container on any engine: where
-// its volumes are mounted, where it listens, the gateway's URL, the one
-// address its API answers (callerIP), then extra.
-func AgentEnv(port uint16, gatewayURL, callerIP string, extra []string) []string {
-	return append([]string{
-		"SESSION_DB=/data/session.db",
-		"WORKSPACE=/workspace",
-		fmt.Sprintf("AFFIDO_LISTEN=:%d", port),
-		"AFFIDO_GATEWAY_URL=" + gatewayURL,
-		"AFFIDO_CALLER_IP=" + callerIP,
-	}, extra...)
+// its volumes are mounted, where it listens, the gateway's URL, who its API
+// answers, then extra.
+func AgentEnv(port uint16, gatewayURL string, caller Caller, extra []string) []string {
+	env := []string{
+		sandboxapi.EnvSessionDB + "=/data/session.db",
+		sandboxapi.EnvWorkspace + "=/workspace",
+		fmt.Sprintf("%s=:%d", sandboxapi.EnvListen, port),
+		sandboxapi.EnvGatewayURL + "=" + gatewayURL,
+	}
+	if caller.IP != "" {
+		env = append(env, sandboxapi.EnvCallerIP+"="+caller.IP)
+	}
+	if caller.KeyHash != "" {
+		env = append(env, sandboxapi.EnvCallerKeyHash+"="+caller.KeyHash)
+	}
+	return append(env, extra...)
 }
 
 func short(id string) string {
