@@ -366,6 +366,71 @@ func TestStepWithoutProgressFaults(t *testing.T) {
 	t.Fatal("a task that makes no progress was never faulted")
 }
 
+// gated is a task kind whose step tells started and then waits for
+// release before it re-arms itself with an entry, as a job's step does.
+type gated struct{ started, release chan struct{} }
+
+func (g gated) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	close(g.started)
+	<-g.release
+	id, err := sc.Harness().Store().MintID()
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	next := sc.Harness().Now().Add(time.Hour)
+	t.State, t.Deadline = durable.Sleeping, &next
+	return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
+		Kind: durable.ReminderEntry, Text: "the step ran", At: sc.Harness().Now(), RunID: t.ID}}}, nil
+}
+
+// The owner ends a task (cancels a job) while its step runs: the step's
+// commit, which would re-arm it, fails instead of bringing it back, and
+// nothing of the step is stored.
+func TestTaskEndedDuringItsStepStaysEnded(t *testing.T) {
+	g := gated{started: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"gated": g}})
+	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "gated", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step never started")
+	}
+	running, err := e.store.Task(ctx, tk.ID)
+	if err != nil || running.State != durable.Running {
+		t.Fatalf("task during its step: %+v, %v", running, err)
+	}
+	now := time.Now().UTC()
+	running.State, running.Outcome, running.Error, running.Deadline, running.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
+	if err := e.h.Commit(ctx, durable.Writes{Tasks: []durable.Task{running}}); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	deadline := time.Now().Add(30 * time.Second)
+	for e.h.Busy() {
+		if time.Now().After(deadline) {
+			t.Fatal("the step's invocation never ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got, err := e.store.Task(ctx, tk.ID)
+	if err != nil || got.State != durable.Terminal || got.Outcome != durable.Aborted {
+		t.Fatalf("after the step: %+v, %v; want it still cancelled", got, err)
+	}
+	for _, en := range e.entries(1) {
+		if en.Text == "the step ran" {
+			t.Fatalf("the dropped step's entry was stored: %+v", en)
+		}
+	}
+	// A commit whose IfState holds goes through; one whose does not writes nothing.
+	err = e.store.Commit(ctx, durable.Writes{Tasks: []durable.Task{got}, IfState: map[int64]durable.TaskState{tk.ID: durable.Running}})
+	if !errors.Is(err, durable.ErrConflict) {
+		t.Fatalf("commit expecting Running on an ended task: %v, want ErrConflict", err)
+	}
+}
+
 func TestModelChosenPerRequest(t *testing.T) {
 	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
 		return durable.ModelResponse{Model: req.Model, Text: "ok"}, nil
