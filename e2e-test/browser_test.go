@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -334,6 +335,53 @@ func TestWebClientPagesInABrowser(t *testing.T) {
 	screenshots(t, ctx, "reminders")
 	run(t, ctx, "cancel it", chromedp.Click(chromedp.CSS(`#reminder-list button`)))
 	until(t, ctx, "no reminders", `document.querySelector('#reminder-list').textContent.includes('No reminders')`)
+
+	// A second agent through the picker: its own conversation and jobs,
+	// none of them main's.
+	mustPost(t, user, tok, "/agents", `{"name":"helper"}`, 201)
+	run(t, ctx, "reload for the new agent", chromedp.Navigate(baseURL+"/app/#/chat"))
+	until(t, ctx, "the picker lists helper", `[...document.querySelectorAll('#agent-pick option')].map(o => o.value).join() === 'main,helper'`)
+	run(t, ctx, "pick helper", chromedp.SetValue(chromedp.ID("agent-pick"), "helper"))
+	count(t, ctx, `document.querySelector('#agent-pick').dispatchEvent(new Event('change')) ? 1 : 0`) // what a person's choice fires
+	until(t, ctx, "the client for helper, its stream live", `location.search === '?agent=helper' && document.querySelector('#agent-pick').value === 'helper' && document.querySelector('#stream-state')?.dataset.state === 'live'`)
+	sendInBrowser(t, ctx, "hello helper")
+	until(t, ctx, "helper's reply", cardsWith("echo: hello helper")+` >= 1`)
+	helperSaw, mainSaw := mustGet(t, user, tok, "/agents/helper/inspect?limit=1000").Body, mustGet(t, user, tok, "/inspect?limit=1000").Body
+	if !strings.Contains(helperSaw, "hello helper") || strings.Contains(mainSaw, "hello helper") {
+		t.Fatalf("the message typed for helper: in helper's conversation %v, in main's %v", strings.Contains(helperSaw, "hello helper"), strings.Contains(mainSaw, "hello helper"))
+	}
+	run(t, ctx, "helper's jobs", chromedp.Navigate(baseURL+"/app/?agent=helper#/reminders"))
+	until(t, ctx, "no jobs yet", `document.querySelector('#job-list').textContent.includes('No scheduled jobs')`)
+	run(t, ctx, "schedule a job", chromedp.SetValue(chromedp.ID("job-cron"), "0 8 * * 1-5"), chromedp.SetValue(chromedp.ID("job-tz"), "Europe/Paris"),
+		chromedp.SetValue(chromedp.ID("job-prompt"), "summarise the news"), chromedp.SetValue(chromedp.ID("job-name"), "morning"),
+		chromedp.Click(chromedp.CSS(`#job-form button`)))
+	until(t, ctx, "the job listed", `document.querySelector('#job-list li[data-state="scheduled"]')?.textContent.includes('morning: 0 8 * * 1-5 (Europe/Paris)')`)
+	jobsOf := func(route string) []map[string]any {
+		var v struct {
+			Jobs []map[string]any `json:"jobs"`
+		}
+		if err := json.Unmarshal([]byte(mustGet(t, user, tok, route).Body), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Jobs
+	}
+	if h, m := jobsOf("/agents/helper/jobs"), jobsOf("/jobs"); len(h) != 1 || h[0]["prompt"] != "summarise the news" || len(m) != 0 {
+		t.Fatalf("jobs after the form: helper %v, main %v", h, m)
+	}
+	screenshots(t, ctx, "jobs")
+	run(t, ctx, "pause it", chromedp.Click(chromedp.CSS(`#job-list button[data-action="pause"]`)))
+	until(t, ctx, "paused", `document.querySelector('#job-list li[data-state="paused"]') !== null`)
+	if h := jobsOf("/agents/helper/jobs"); len(h) != 1 || h[0]["state"] != "paused" {
+		t.Fatalf("helper's jobs after pause: %v", h)
+	}
+	run(t, ctx, "a bad cron", chromedp.SetValue(chromedp.ID("job-cron"), "every morning"), chromedp.SetValue(chromedp.ID("job-prompt"), "x"),
+		chromedp.Click(chromedp.CSS(`#job-form button`)))
+	until(t, ctx, "refused", `document.querySelector('#status-line').textContent.includes('error')`)
+	run(t, ctx, "delete it", chromedp.Click(chromedp.CSS(`#job-list button[data-action="delete"]`)))
+	until(t, ctx, "no jobs again", `document.querySelector('#job-list').textContent.includes('No scheduled jobs')`)
+	if h := jobsOf("/agents/helper/jobs"); len(h) != 0 {
+		t.Fatalf("helper's jobs after delete: %v", h)
+	}
 
 	run(t, ctx, "settings", chromedp.Navigate(baseURL+"/app/#/settings"))
 	// The test stack pauses a sandbox after 3 s without an activating

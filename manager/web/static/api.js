@@ -1,7 +1,14 @@
 // api: the HTTP API the page uses, the same routes curl uses. Writes send
 // JSON (the manager refuses cookie writes that are not same-origin JSON).
 export const user = document.body.dataset.user;
-export const agent = `/u/${encodeURIComponent(user)}`;
+// sandbox: the routes all the user's agents share (files, skills).
+export const sandbox = `/u/${encodeURIComponent(user)}`;
+// agentName: the agent this tab talks to, from ?agent= (main by default).
+const asked = new URLSearchParams(location.search).get('agent') || 'main';
+export const agentName = /^[a-z][a-z0-9-]{0,31}$/.test(asked) ? asked : 'main';
+// agent: that agent's own routes (conversations, approvals, rules,
+// reminders, jobs); main's are the sandbox's own.
+export const agent = agentName === 'main' ? sandbox : `${sandbox}/agents/${agentName}`;
 
 export class APIError extends Error {
   constructor(status, problem) {

@@ -1,7 +1,7 @@
 // main: the signed-in client. Three pages (conversation, trace,
 // approvals) over the agent's API; everything shown is read from the store
 // and the stream only brings what is new.
-import { agent, get, post, id as rid } from './api.js';
+import { agent, agentName, sandbox, get, post, id as rid } from './api.js';
 import { Stream } from './stream.js';
 import { Timeline, el, describeRule } from './render.js';
 import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
@@ -92,7 +92,7 @@ async function showCitations(run) {
     const lines = el('pre', { hidden: true });
     const open = el('button', { type: 'button', class: 'link', text: 'open the lines' });
     open.addEventListener('click', async () => {
-      const text = await (await fetch(`${agent}/raw?doc=${encodeURIComponent(c.doc)}&version=${rid(c.version)}`, { credentials: 'same-origin' })).text();
+      const text = await (await fetch(`${sandbox}/raw?doc=${encodeURIComponent(c.doc)}&version=${rid(c.version)}`, { credentials: 'same-origin' })).text();
       lines.textContent = text.split('\n').slice(c.line_start - 1, c.line_end).join('\n');
       lines.hidden = false;
     });
@@ -202,7 +202,23 @@ $('sign-out').addEventListener('click', async () => {
 window.addEventListener('hashchange', showPage);
 window.addEventListener('pagehide', () => stream.close()); // the stream stops counting as activity
 
+// The agent picker: every page of this tab talks to one agent (?agent=);
+// picking another loads the client for it.
+async function loadAgents() {
+  const { agents } = await get(`${sandbox}/agents`);
+  const names = (agents || []).map((a) => a.name);
+  if (!names.includes(agentName)) names.push(agentName);
+  $('agent-pick').replaceChildren(...names.map((n) => el('option', { value: n, text: n })));
+  $('agent-pick').value = agentName;
+}
+$('agent-pick').addEventListener('change', () => {
+  const u = new URL(location.href);
+  u.searchParams.set('agent', $('agent-pick').value);
+  location.assign(u);
+});
+
 showPage();
+loadAgents().catch(() => {});
 loadModels().catch(() => {});
 loadConversation().catch((err) => banner(`could not load the conversation: ${err.message}`));
 export { describeRule };

@@ -1,6 +1,6 @@
-// pages: files, skills, reminders, activity and settings. Each reads the
+// pages: files, skills, reminders and jobs, activity and settings. Each reads the
 // store through the API every time it is shown; nothing is cached.
-import { agent, call, get, post, id } from './api.js';
+import { agent, sandbox, call, get, post, id } from './api.js';
 import { el, describeRule } from './render.js';
 
 const $ = (id) => document.getElementById(id);
@@ -28,12 +28,12 @@ export async function showFiles() {
   $('files-up').hidden = files.path === '.';
   let list = [];
   try {
-    list = (await get(`${agent}/files?path=${encodeURIComponent(files.path)}`)).files || [];
+    list = (await get(`${sandbox}/files?path=${encodeURIComponent(files.path)}`)).files || [];
   } catch (err) {
     if (err.status !== 404) throw err; // an empty workspace has no uploads/ yet
   }
   $('file-list').replaceChildren(...list.map((f) => {
-    const name = f.dir ? el('button', { type: 'button', class: 'link', text: `${f.name}/` }) : el('a', { href: `${agent}/file?path=${encodeURIComponent(f.path)}`, text: f.name, download: f.name });
+    const name = f.dir ? el('button', { type: 'button', class: 'link', text: `${f.name}/` }) : el('a', { href: `${sandbox}/file?path=${encodeURIComponent(f.path)}`, text: f.name, download: f.name });
     if (f.dir) name.addEventListener('click', () => { files.path = f.path; showFiles().catch(fail); });
     // Two steps, no dialog: the first press asks, the second deletes.
     const del = el('button', { type: 'button', class: 'quiet', text: 'Delete', 'data-action': 'delete' });
@@ -43,7 +43,7 @@ export async function showFiles() {
         del.textContent = f.dir ? 'Delete it and all in it?' : 'Really delete?';
         return;
       }
-      await call('DELETE', `${agent}/files?path=${encodeURIComponent(f.path)}`).catch(fail);
+      await call('DELETE', `${sandbox}/files?path=${encodeURIComponent(f.path)}`).catch(fail);
       showFiles().catch(fail);
     });
     const actions = el('td', {}, del);
@@ -51,8 +51,8 @@ export async function showFiles() {
       const ingest = el('button', { type: 'button', class: 'quiet', text: 'Ingest', 'data-action': 'ingest' });
       ingest.addEventListener('click', async () => {
         try {
-          const bytes = await (await fetch(`${agent}/file?path=${encodeURIComponent(f.path)}`, { credentials: 'same-origin' })).blob();
-          const v = await upload('POST', `${agent}/ingest?name=${encodeURIComponent(f.name)}`, bytes);
+          const bytes = await (await fetch(`${sandbox}/file?path=${encodeURIComponent(f.path)}`, { credentials: 'same-origin' })).blob();
+          const v = await upload('POST', `${sandbox}/ingest?name=${encodeURIComponent(f.name)}`, bytes);
           say(`ingested ${v.doc || f.name} version ${v.version}`);
         } catch (err) { fail(err); }
       });
@@ -65,7 +65,7 @@ export async function showFiles() {
 async function uploadFiles(list) {
   for (const f of list) {
     try {
-      await upload('PUT', `${agent}/uploads/${encodeURIComponent(f.name)}`, f);
+      await upload('PUT', `${sandbox}/uploads/${encodeURIComponent(f.name)}`, f);
       say(`uploaded uploads/${f.name}`);
     } catch (err) { fail(err); }
   }
@@ -90,11 +90,11 @@ drop.addEventListener('drop', (ev) => {
 // Skills: installed ones with whether they still match their record; the
 // marketplace with descriptions and versions; install and remove.
 export async function showSkills() {
-  const [installed, market] = await Promise.all([get(`${agent}/skills`), get(`${agent}/skills/marketplace`)]);
+  const [installed, market] = await Promise.all([get(`${sandbox}/skills`), get(`${sandbox}/skills/marketplace`)]);
   const have = new Map((installed.skills || []).map((s) => [s.name, s]));
   $('installed-skills').replaceChildren(...(installed.skills || []).map((s) => {
     const rm = el('button', { type: 'button', class: 'quiet', text: 'Remove' });
-    rm.addEventListener('click', () => call('DELETE', `${agent}/skills/${encodeURIComponent(s.name)}`).then(showSkills).catch(fail));
+    rm.addEventListener('click', () => call('DELETE', `${sandbox}/skills/${encodeURIComponent(s.name)}`).then(showSkills).catch(fail));
     return el('li', { 'data-skill': s.name },
       el('span', {}, el('strong', { text: `${s.name} ${s.version}` }), ` ${s.description} `,
         el('span', { class: s.ok ? 'good' : 'bad', text: s.ok ? 'matches its record' : `not ok: ${s.problem}` }),
@@ -109,23 +109,55 @@ export async function showSkills() {
       item.append(el('span', { class: 'muted', text: 'installed' }));
     } else {
       const inst = el('button', { type: 'button', class: 'quiet', text: 'Install' });
-      inst.addEventListener('click', () => { inst.disabled = true; post(`${agent}/skills/install`, { name: s.name }).then(showSkills).catch((err) => { inst.disabled = false; fail(err); }); });
+      inst.addEventListener('click', () => { inst.disabled = true; post(`${sandbox}/skills/install`, { name: s.name }).then(showSkills).catch((err) => { inst.disabled = false; fail(err); }); });
       item.append(inst);
     }
     return item;
   }));
 }
 
-// Reminders (scheduled jobs will join them): list and cancel.
+// Reminders and scheduled jobs: list, cancel; jobs also pause, resume and
+// are made here (the owner's own, so they do not ask).
 export async function showReminders() {
-  const { reminders } = await get(`${agent}/reminders`);
-  if (!reminders.length) { $('reminder-list').replaceChildren(el('li', { class: 'muted', text: 'No reminders are waiting.' })); return; }
-  $('reminder-list').replaceChildren(...reminders.map((r) => {
-    const cancel = el('button', { type: 'button', class: 'quiet', text: 'Cancel' });
-    cancel.addEventListener('click', () => post(`${agent}/reminders/${id(r.id)}/cancel`).then(showReminders).catch(fail));
-    return el('li', {}, el('span', {}, el('strong', { text: when(r.due) }), ` ${r.text}`), cancel);
+  const [{ reminders }, { jobs }] = await Promise.all([get(`${agent}/reminders`), get(`${agent}/jobs`)]);
+  if (!reminders.length) {
+    $('reminder-list').replaceChildren(el('li', { class: 'muted', text: 'No reminders are waiting.' }));
+  } else {
+    $('reminder-list').replaceChildren(...reminders.map((r) => {
+      const cancel = el('button', { type: 'button', class: 'quiet', text: 'Cancel' });
+      cancel.addEventListener('click', () => post(`${agent}/reminders/${id(r.id)}/cancel`).then(showReminders).catch(fail));
+      return el('li', {}, el('span', {}, el('strong', { text: when(r.due) }), ` ${r.text}`), cancel);
+    }));
+  }
+  if (!jobs.length) {
+    $('job-list').replaceChildren(el('li', { class: 'muted', text: 'No scheduled jobs.' }));
+    return;
+  }
+  $('job-list').replaceChildren(...jobs.map((j) => {
+    const paused = j.state === 'paused';
+    const toggle = el('button', { type: 'button', class: 'quiet', text: paused ? 'Resume' : 'Pause', 'data-action': paused ? 'resume' : 'pause' });
+    toggle.addEventListener('click', () => post(`${agent}/jobs/${id(j.id)}/${paused ? 'resume' : 'pause'}`).then(showReminders).catch(fail));
+    const del = el('button', { type: 'button', class: 'quiet', text: 'Delete', 'data-action': 'delete' });
+    del.addEventListener('click', () => call('DELETE', `${agent}/jobs/${id(j.id)}`).then(showReminders).catch(fail));
+    const last = j.last_run ? `; last ran ${when(j.last_run)} (${j.last_late_ms || 0} ms late)` : '';
+    return el('li', { 'data-job': j.id, 'data-state': j.state },
+      el('span', {}, el('strong', { text: `${j.name || `job ${j.id}`}: ${j.cron} (${j.tz})` }), ` ${j.prompt} `,
+        el('span', { class: 'label', text: `${paused ? 'paused' : `next ${when(j.next)}`}; ${j.runs} runs${last}${j.from ? `; made at ${j.from}'s message` : ''}` })),
+      el('span', { class: 'actions' }, toggle, del));
   }));
 }
+
+$('job-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const job = { cron: $('job-cron').value.trim(), tz: $('job-tz').value.trim(), prompt: $('job-prompt').value.trim() };
+  if ($('job-name').value.trim()) job.name = $('job-name').value.trim();
+  post(`${agent}/jobs`, job).then((j) => {
+    say(`job ${j.id} made; next at ${when(j.next)}`);
+    for (const f of ['job-cron', 'job-prompt', 'job-name']) $(f).value = '';
+    return showReminders();
+  }).catch(fail);
+});
+$('job-tz').value = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
 
 // Activity: one timeline of what the agent did (its runs, tool calls,
 // approvals, reminders) and what the sandbox lived through (provisioned,
