@@ -361,8 +361,8 @@ func callerFromEnv() (addr netip.Addr, keyHash [sha256.Size]byte, err error) {
 	}
 	if hash != "" {
 		b, err := hex.DecodeString(hash)
-		if err != nil || len(b) != sha256.Size {
-			return addr, keyHash, fmt.Errorf("%s: want the 64 hex digits of a sha256, got %d characters", sandboxapi.EnvCallerKeyHash, len(hash))
+		if err != nil || len(b) != sha256.Size || strings.EqualFold(hash, sandboxapi.EmptyKeyHash) {
+			return addr, keyHash, fmt.Errorf("%s: want the 64 hex digits of the sha256 of a key that is not empty, got %d characters", sandboxapi.EnvCallerKeyHash, len(hash))
 		}
 		copy(keyHash[:], b)
 	}

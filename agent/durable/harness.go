@@ -444,7 +444,10 @@ func (h *Harness) invoke(t Task) {
 			}
 			h.opts.Log.Error("durable: step failed", "task", t.ID, "kind", t.Kind, "err", err)
 			next = t.end(h.Now(), Faulted, err.Error())
-			if cerr := h.store.Commit(h.ctx, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted")}); cerr != nil {
+			// Only a task still running is faulted: one the owner ended or
+			// paused meanwhile stays as they left it.
+			if cerr := h.store.Commit(h.ctx, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted"),
+				IfState: map[int64]TaskState{t.ID: Running}}); cerr != nil {
 				return
 			}
 		}

@@ -374,6 +374,11 @@ func TestJobsThroughTheAPIAndTheTool(t *testing.T) {
 		t.Fatalf("created %v", j)
 	}
 	id := jsonNum(j["id"].(float64))
+	// Resuming a job that is not paused changes nothing (a running step's
+	// time would be skipped otherwise).
+	if r := a.must("POST", "/jobs/"+id+"/resume", "", 200); r["state"] != "scheduled" || r["next"] != j["next"] {
+		t.Fatalf("resuming a scheduled job: %v, was %v", r, j)
+	}
 	if j := a.must("POST", "/jobs/"+id+"/pause", "", 200); j["state"] != "paused" || j["next"] != nil {
 		t.Fatalf("paused %v", j)
 	}

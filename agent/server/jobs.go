@@ -90,19 +90,37 @@ func (s *Server) jobCreate(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) jobPause(w http.ResponseWriter, r *http.Request) {
-	s.jobChange(w, r, func(t durable.Task, h *durable.Harness) (durable.Task, error) { return jobs.Paused(t), nil })
+	s.jobChange(w, r, func(t durable.Task, j jobs.Job, h *durable.Harness) (*durable.Task, error) {
+		if j.State == "paused" {
+			return nil, nil
+		}
+		p := jobs.Paused(t)
+		return &p, nil
+	})
 }
 
+// jobResume re-arms a paused job; a job that is not paused is left as it
+// is (its step may be running: re-arming it would skip the time it runs).
 func (s *Server) jobResume(w http.ResponseWriter, r *http.Request) {
-	s.jobChange(w, r, func(t durable.Task, h *durable.Harness) (durable.Task, error) { return jobs.Resumed(t, h.Now()) })
+	s.jobChange(w, r, func(t durable.Task, j jobs.Job, h *durable.Harness) (*durable.Task, error) {
+		if j.State != "paused" {
+			return nil, nil
+		}
+		rt, err := jobs.Resumed(t, h.Now())
+		return &rt, err
+	})
 }
 
 func (s *Server) jobDelete(w http.ResponseWriter, r *http.Request) {
-	s.jobChange(w, r, func(t durable.Task, h *durable.Harness) (durable.Task, error) { return jobs.Cancelled(t, h.Now()), nil })
+	s.jobChange(w, r, func(t durable.Task, j jobs.Job, h *durable.Harness) (*durable.Task, error) {
+		c := jobs.Cancelled(t, h.Now())
+		return &c, nil
+	})
 }
 
-// jobChange commits change to the job named in the path and answers with it.
-func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(durable.Task, *durable.Harness) (durable.Task, error)) {
+// jobChange commits change to the job named in the path (nothing when it
+// returns nil) and answers with the job.
+func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(durable.Task, jobs.Job, *durable.Harness) (*durable.Task, error)) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
 		problem.Write(w, http.StatusBadRequest, "bad-id", "a job id is a positive integer")
@@ -112,7 +130,7 @@ func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(d
 	if h == nil {
 		return
 	}
-	t, _, err := jobs.Get(r.Context(), h.Store(), id)
+	t, j, err := jobs.Get(r.Context(), h.Store(), id)
 	if errors.Is(err, jobs.ErrNoJob) {
 		problem.Write(w, http.StatusNotFound, "unknown-job", err.Error())
 		return
@@ -120,8 +138,9 @@ func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(d
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
-	t, err = change(t, h)
-	if err == nil {
+	changed, err := change(t, j, h)
+	if err == nil && changed != nil {
+		t = *changed
 		err = h.Commit(r.Context(), durable.Writes{Tasks: []durable.Task{t}})
 	}
 	if err != nil {

@@ -57,10 +57,16 @@ const HeaderControl = "X-Affido-Control"
 
 // HeaderCaller carries the caller key: Caddy sets it on every request it
 // sends a sandbox (both listeners; a client's own is dropped), and an
-// agent given EnvCallerKeyHash answers nothing else. The agent holds only
-// the key's hash, so neither it nor a tool that reads its environment can
-// forge the key.
+// agent given EnvCallerKeyHash answers nothing else. The agent is given
+// only the key's hash, so a tool that reads its environment learns nothing
+// that passes; the key itself reaches the agent's process with every
+// request, and it is one for the whole stack, so the NetworkPolicy (no
+// sandbox reaches another) stays the other half of the wall.
 const HeaderCaller = "X-Affido-Caller"
+
+// EmptyKeyHash is the sha256 of the empty key, refused everywhere: an
+// empty Secret must not make agents answer an empty header.
+const EmptyKeyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // CallerKeyHash is the hex sha256 of a caller key, as EnvCallerKeyHash
 // holds it (`printf %s "$key" | sha256sum`).

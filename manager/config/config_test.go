@@ -10,13 +10,13 @@ import (
 
 // The Kubernetes runtime needs the hash of Caddy's caller key: without it,
 // or with anything but 64 hex digits (tried: empty, the key itself, a
-// short hash, non-hex), the manager refuses to start rather than make
+// short hash, non-hex, the hash of an empty key), the manager refuses to start rather than make
 // agents that answer nobody, or anybody.
 func TestKubernetesNeedsTheCallerKeyHash(t *testing.T) {
 	t.Setenv("AFFIDO_RUNTIME", "kubernetes")
 	t.Setenv("AFFIDO_KUBE_POD_CIDR", "10.244.0.0/16")
 	good := sandboxapi.CallerKeyHash("a caller key of thirty-two bytes!")
-	for _, bad := range []string{"", "a caller key of thirty-two bytes!", good[:62], strings.Repeat("z", 64)} {
+	for _, bad := range []string{"", "a caller key of thirty-two bytes!", good[:62], strings.Repeat("z", 64), sandboxapi.CallerKeyHash("")} {
 		t.Setenv("AFFIDO_KUBE_CALLER_KEY_SHA256", bad)
 		if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "AFFIDO_KUBE_CALLER_KEY_SHA256") {
 			t.Errorf("AFFIDO_KUBE_CALLER_KEY_SHA256=%q: %v, want an error naming it", bad, err)
