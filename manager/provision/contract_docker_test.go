@@ -29,31 +29,37 @@ func TestContractDocker(t *testing.T) {
 	if p := os.Getenv("AFFIDO_TEST_DOCKER_POOL"); p != "" {
 		pool = netip.MustParsePrefix(p)
 	}
-	cases := 0
-	enginetest.Run(t, func(t *testing.T) enginetest.Harness {
-		cases++
-		stack := fmt.Sprintf("affidoct%d", cases)
+	const maxCases = 16 // each case has a stack of its own and a /20 of the pool
+	newDocker := func(t *testing.T, stack string) *provision.Docker {
 		d, err := provision.NewDocker(provision.Config{Stack: stack, Image: image, AgentPort: 8080,
 			GatewayURL: "http://gateway:8088", MemoryBytes: 256 << 20, NanoCPUs: 5e8, PidsLimit: 128})
 		if err != nil {
 			t.Fatal(err)
 		}
+		return d
+	}
+	// What a run cut short left (a failed cleanup, a killed test) would
+	// hold the pool's subnets: remove it first.
+	for i := 1; i <= maxCases; i++ {
+		d := newDocker(t, fmt.Sprintf("affidoct%d", i))
+		removeStack(t, d, fmt.Sprintf("affidoct%d", i))
+		d.Close()
+	}
+	cases := 0
+	enginetest.Run(t, func(t *testing.T) enginetest.Harness {
+		cases++
+		if cases > maxCases {
+			t.Fatalf("more than %d cases: give the harness more stacks", maxCases)
+		}
+		stack := fmt.Sprintf("affidoct%d", cases)
+		d := newDocker(t, stack)
 		ctx := context.Background()
 		if err := d.CheckImage(ctx); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
 			defer d.Close()
-			inv, err := d.List(ctx)
-			if err != nil {
-				t.Errorf("list %s: %v", stack, err)
-				return
-			}
-			for _, name := range inv.Names() {
-				if err := d.RemoveAll(ctx, provision.Names{Stack: stack, Sandbox: name}); err != nil {
-					t.Errorf("remove %s/%s: %v", stack, name, err)
-				}
-			}
+			removeStack(t, d, stack)
 		})
 		locate := func(ep netip.AddrPort) (string, bool) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -70,6 +76,42 @@ func TestContractDocker(t *testing.T) {
 			}
 			return "", false
 		}
-		return enginetest.Harness{Engine: d, Stack: stack, Locate: locate, Subnets: pool, Timeout: 60 * time.Second}
+		// A /20 of the pool per case, so one case's leftovers never
+		// overlap the next one's networks.
+		base := pool.Addr().As4()
+		base[2] += byte(16 * (cases - 1))
+		subnets := netip.PrefixFrom(netip.AddrFrom4(base), 20)
+		return enginetest.Harness{Engine: d, Stack: stack, Locate: locate, Subnets: subnets, Timeout: 60 * time.Second}
 	})
+}
+
+// removeStack removes every object of stack. The engine may still be
+// removing a container the lifecycle's remove tier asked for when the case
+// ended ("removal already in progress"): it polls until all is gone, for
+// up to a minute.
+func removeStack(t *testing.T, d *provision.Docker, stack string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		inv, err := d.List(ctx)
+		var failed error
+		if err == nil {
+			for _, name := range inv.Names() {
+				if err := d.RemoveAll(ctx, provision.Names{Stack: stack, Sandbox: name}); err != nil {
+					failed = fmt.Errorf("remove %s/%s: %w", stack, name, err)
+				}
+			}
+		} else {
+			failed = fmt.Errorf("list %s: %w", stack, err)
+		}
+		if failed == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%v", failed)
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
