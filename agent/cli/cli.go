@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -360,11 +359,9 @@ func callerFromEnv() (addr netip.Addr, keyHash [sha256.Size]byte, err error) {
 		}
 	}
 	if hash != "" {
-		b, err := hex.DecodeString(hash)
-		if err != nil || len(b) != sha256.Size || strings.EqualFold(hash, sandboxapi.EmptyKeyHash) {
-			return addr, keyHash, fmt.Errorf("%s: want the 64 hex digits of the sha256 of a key that is not empty, got %d characters", sandboxapi.EnvCallerKeyHash, len(hash))
+		if keyHash, err = sandboxapi.ParseCallerKeyHash(hash); err != nil {
+			return addr, keyHash, fmt.Errorf("%s: %w (got %d characters)", sandboxapi.EnvCallerKeyHash, err, len(hash))
 		}
-		copy(keyHash[:], b)
 	}
 	if ip == "" && hash == "" && os.Getenv(sandboxapi.EnvPrivsep) == "required" {
 		return addr, keyHash, fmt.Errorf("neither %s nor %s is set: the agent's API must answer Caddy alone", sandboxapi.EnvCallerIP, sandboxapi.EnvCallerKeyHash)

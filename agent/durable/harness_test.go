@@ -408,12 +408,15 @@ func TestTaskEndedDuringItsStepStaysEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(g.release)
-	deadline := time.Now().Add(30 * time.Second)
-	for e.h.Busy() {
-		if time.Now().After(deadline) {
+	// The invocation's end notifies after it leaves the busy set; watch
+	// before looking, so that notification cannot slip between the two.
+	timeout := time.After(30 * time.Second)
+	for changed := e.h.Changed(); e.h.Busy(); changed = e.h.Changed() {
+		select {
+		case <-changed:
+		case <-timeout:
 			t.Fatal("the step's invocation never ended")
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	got, err := e.store.Task(ctx, tk.ID)
 	if err != nil || got.State != durable.Terminal || got.Outcome != durable.Aborted {

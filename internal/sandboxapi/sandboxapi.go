@@ -64,9 +64,24 @@ const HeaderControl = "X-Affido-Control"
 // sandbox reaches another) stays the other half of the wall.
 const HeaderCaller = "X-Affido-Caller"
 
-// EmptyKeyHash is the sha256 of the empty key, refused everywhere: an
-// empty Secret must not make agents answer an empty header.
-const EmptyKeyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+// ErrBadKeyHash is returned by ParseCallerKeyHash.
+var ErrBadKeyHash = errors.New("want the 64 hex digits of the sha256 of a caller key that is not empty")
+
+// ParseCallerKeyHash reads a hash as EnvCallerKeyHash holds it. The hash of
+// the empty key is refused: an empty Secret must not make agents answer an
+// empty header.
+func ParseCallerKeyHash(s string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != sha256.Size {
+		return sum, ErrBadKeyHash
+	}
+	copy(sum[:], b)
+	if sum == sha256.Sum256(nil) {
+		return sum, ErrBadKeyHash
+	}
+	return sum, nil
+}
 
 // CallerKeyHash is the hex sha256 of a caller key, as EnvCallerKeyHash
 // holds it (`printf %s "$key" | sha256sum`).

@@ -3,8 +3,6 @@
 package config
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -255,8 +253,8 @@ func Load() (Config, error) {
 			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_POD_CIDR, the cluster's pod range (such as 10.244.0.0/16): %w", err))
 		}
 		c.Kube.PodCIDR = cidr.Masked()
-		if b, err := hex.DecodeString(c.Kube.CallerKeyHash); err != nil || len(b) != sha256.Size || strings.EqualFold(c.Kube.CallerKeyHash, sandboxapi.EmptyKeyHash) {
-			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_CALLER_KEY_SHA256, the 64 hex digits of the sha256 of Caddy's AFFIDO_CALLER_KEY, not of an empty one (got %d characters)", len(c.Kube.CallerKeyHash)))
+		if _, err := sandboxapi.ParseCallerKeyHash(c.Kube.CallerKeyHash); err != nil {
+			errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME=kubernetes needs AFFIDO_KUBE_CALLER_KEY_SHA256, the hash of Caddy's AFFIDO_CALLER_KEY: %w (got %d characters)", err, len(c.Kube.CallerKeyHash)))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("AFFIDO_RUNTIME: want docker or kubernetes, got %q", c.Runtime))
