@@ -42,7 +42,7 @@ func (sc *StepContext) Harness() *Harness { return sc.h }
 // step goes on (for example a tool's intent before the tool runs).
 func (sc *StepContext) Commit(ctx context.Context, t Task, entries ...Entry) error {
 	t.State = Running
-	if err := sc.h.store.Commit(ctx, Writes{Tasks: []Task{t}, Entries: entries, IfState: map[int64]TaskState{t.ID: Running}}); err != nil {
+	if err := sc.h.store.Commit(ctx, Writes{Tasks: []Task{t}, Entries: entries}); err != nil {
 		return err
 	}
 	*sc.task = t
@@ -423,9 +423,8 @@ func (h *Harness) invoke(t Task) {
 		return
 	}
 	if t.State != Running {
-		was := t.State
 		t.State = Running
-		if err := h.store.Commit(h.ctx, Writes{Tasks: []Task{t}, IfState: map[int64]TaskState{t.ID: was}}); err != nil {
+		if err := h.store.Commit(h.ctx, Writes{Tasks: []Task{t}}); err != nil {
 			return
 		}
 	}
@@ -435,19 +434,9 @@ func (h *Harness) invoke(t Task) {
 			if h.ctx.Err() != nil {
 				return // closing: the step's work is not committed and reruns on reopen
 			}
-			if errors.Is(err, ErrConflict) {
-				// Another writer ended or moved the task while the step
-				// ran (a cancelled job): its change stands, the step's
-				// work is dropped.
-				h.opts.Log.Info("durable: task changed under its step; the step's work is dropped", "task", t.ID, "kind", t.Kind)
-				return
-			}
 			h.opts.Log.Error("durable: step failed", "task", t.ID, "kind", t.Kind, "err", err)
 			next = t.end(h.Now(), Faulted, err.Error())
-			// Only a task still running is faulted: one the owner ended or
-			// paused meanwhile stays as they left it.
-			if cerr := h.store.Commit(h.ctx, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted"),
-				IfState: map[int64]TaskState{t.ID: Running}}); cerr != nil {
+			if cerr := h.store.Commit(h.ctx, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted")}); cerr != nil {
 				return
 			}
 		}
@@ -479,8 +468,7 @@ func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
 		now := h.Now()
 		res.Task.EndedAt = &now
 	}
-	w := Writes{Tasks: append([]Task{res.Task}, res.NewTasks...), Entries: res.Entries, Submissions: res.Submissions, Usage: res.Usage,
-		IfState: map[int64]TaskState{t.ID: Running}}
+	w := Writes{Tasks: append([]Task{res.Task}, res.NewTasks...), Entries: res.Entries, Submissions: res.Submissions, Usage: res.Usage}
 	if err := h.store.Commit(h.ctx, w); err != nil {
 		return t, err
 	}

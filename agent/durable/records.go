@@ -177,9 +177,4 @@ type Writes struct {
 	Submissions   []Submission   // upserted by ID
 	Usage         []UsageDelta
 	Settings      map[string]string // host settings, upserted (rules, for example)
-	// IfState holds the state each listed task must still be stored in:
-	// if another writer moved it since it was read (the owner cancelled a
-	// job while its step ran), the commit writes nothing and fails with
-	// ErrConflict.
-	IfState map[int64]TaskState
 }

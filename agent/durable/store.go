@@ -20,9 +20,6 @@ var ErrIDExhausted = errors.New("ID space is exhausted")
 // ErrNotFound is returned for a record that does not exist.
 var ErrNotFound = errors.New("not found")
 
-// ErrConflict is returned by a Commit whose Writes.IfState no longer holds.
-var ErrConflict = errors.New("the task changed since it was read")
-
 // Store keeps the runtime's records (conversations, entries, tasks,
 // submissions, usage) on a DB. All IDs come from one global space: a
 // committed ID is never issued again, also after a restart. Records
@@ -191,14 +188,6 @@ func (s *Store) Commit(ctx context.Context, w Writes) error {
 			return err
 		}
 		seq := meta["next_seq"].(int64)
-		for id, want := range w.IfState {
-			row, err := tx.Get(ctx, `SELECT state FROM tasks WHERE id = ?`, id)
-			if errors.Is(err, ErrNoRows) || (err == nil && row["state"] != string(want)) {
-				return fmt.Errorf("task %d is no longer %s: %w", id, want, ErrConflict)
-			} else if err != nil {
-				return err
-			}
-		}
 		claim := func(id int64, typ string, unique bool) error {
 			row, err := tx.Get(ctx, `SELECT record_type FROM record_ids WHERE id = ?`, id)
 			switch {
