@@ -42,7 +42,7 @@ func (sc *StepContext) Harness() *Harness { return sc.h }
 // step goes on (for example a tool's intent before the tool runs).
 func (sc *StepContext) Commit(ctx context.Context, t Task, entries ...Entry) error {
 	t.State = Running
-	if err := sc.h.store.Commit(ctx, Writes{Tasks: []Task{t}, Entries: entries}); err != nil {
+	if err := sc.h.commit(ctx, t.ID, Writes{Tasks: []Task{t}, Entries: entries}); err != nil {
 		return err
 	}
 	*sc.task = t
@@ -119,10 +119,19 @@ type Harness struct {
 
 	decideMu sync.Mutex // one owner decision at a time
 
+	// commitMu orders every commit that writes tasks: an invocation's own
+	// commits, and changes from outside it (the owner cancels or pauses a
+	// job, a tool cancels a reminder). An outside change to a task whose
+	// invocation is in flight marks it in changed, and that invocation's
+	// next commit is refused (errChanged): the change stands, and the step's
+	// work is dropped instead of bringing the task back.
+	commitMu sync.Mutex
+
 	mu       sync.Mutex
 	resumed  bool
 	closed   bool
 	busy     map[int64]bool // task IDs with an invocation in flight
+	changed  map[int64]bool // busy tasks changed from outside their invocation
 	kick     chan struct{}
 	lastDue  time.Time
 	timer    *time.Timer
@@ -170,7 +179,7 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 		opts.Compaction.KeepRecent = 20
 	}
 	h := &Harness{store: store, opts: opts, tools: map[string]Tool{}, kinds: map[string]TaskKind{},
-		busy: map[int64]bool{}, kick: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
+		busy: map[int64]bool{}, changed: map[int64]bool{}, kick: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
 	for _, t := range opts.Tools {
 		h.tools[t.Name] = t
 	}
@@ -405,15 +414,24 @@ func (h *Harness) Busy() bool {
 // invoke runs t's steps until it sleeps, waits or ends.
 func (h *Harness) invoke(t Task) {
 	defer h.wg.Done()
+	id := t.ID // t is reloaded below, and is zero if that fails
 	defer func() {
 		h.mu.Lock()
-		delete(h.busy, t.ID)
+		delete(h.busy, id)
+		delete(h.changed, id)
 		h.mu.Unlock()
 		h.notify()
 		h.poke()
 	}()
 	// Reload: the scheduler's snapshot may predate this task's last commit.
-	t, err := h.store.Task(h.ctx, t.ID)
+	// Under commitMu, so every outside change is either read here or marks
+	// the task changed afterwards.
+	h.commitMu.Lock()
+	t, err := h.store.Task(h.ctx, id)
+	h.mu.Lock()
+	delete(h.changed, id)
+	h.mu.Unlock()
+	h.commitMu.Unlock()
 	if err != nil || !h.ready(t, h.Now()) {
 		return
 	}
@@ -424,7 +442,7 @@ func (h *Harness) invoke(t Task) {
 	}
 	if t.State != Running {
 		t.State = Running
-		if err := h.store.Commit(h.ctx, Writes{Tasks: []Task{t}}); err != nil {
+		if err := h.commit(h.ctx, t.ID, Writes{Tasks: []Task{t}}); err != nil {
 			return
 		}
 	}
@@ -434,9 +452,13 @@ func (h *Harness) invoke(t Task) {
 			if h.ctx.Err() != nil {
 				return // closing: the step's work is not committed and reruns on reopen
 			}
+			if errors.Is(err, errChanged) {
+				h.opts.Log.Info("durable: task changed from outside during its step; the step's work is dropped", "task", t.ID, "kind", t.Kind)
+				return
+			}
 			h.opts.Log.Error("durable: step failed", "task", t.ID, "kind", t.Kind, "err", err)
 			next = t.end(h.Now(), Faulted, err.Error())
-			if cerr := h.store.Commit(h.ctx, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted")}); cerr != nil {
+			if cerr := h.commit(h.ctx, t.ID, Writes{Tasks: []Task{next}, Submissions: h.unanswered(t, "faulted")}); cerr != nil {
 				return
 			}
 		}
@@ -469,7 +491,7 @@ func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
 		res.Task.EndedAt = &now
 	}
 	w := Writes{Tasks: append([]Task{res.Task}, res.NewTasks...), Entries: res.Entries, Submissions: res.Submissions, Usage: res.Usage}
-	if err := h.store.Commit(h.ctx, w); err != nil {
+	if err := h.commit(h.ctx, t.ID, w); err != nil {
 		return t, err
 	}
 	return res.Task, nil
@@ -574,7 +596,7 @@ func (h *Harness) AddTask(ctx context.Context, t Task, entries ...Entry) (Task, 
 // Commit writes w on behalf of a caller outside any task (a reset marker,
 // a new conversation) and lets the scheduler see it.
 func (h *Harness) Commit(ctx context.Context, w Writes) error {
-	if err := h.store.Commit(ctx, w); err != nil {
+	if err := h.commit(ctx, 0, w); err != nil {
 		return err
 	}
 	h.poke()

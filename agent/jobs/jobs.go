@@ -272,14 +272,22 @@ func view(t durable.Task) (Job, bool) {
 // Get returns live job id's task, or ErrNoJob.
 func Get(ctx context.Context, store *durable.Store, id int64) (durable.Task, Job, error) {
 	t, err := store.Task(ctx, id)
-	if err != nil && !errors.Is(err, durable.ErrNotFound) {
+	if errors.Is(err, durable.ErrNotFound) {
+		return durable.Task{}, Job{}, fmt.Errorf("job %d: %w", id, ErrNoJob)
+	} else if err != nil {
 		return durable.Task{}, Job{}, err
 	}
+	j, err := Of(t)
+	return t, j, err
+}
+
+// Of returns the job task t runs, or ErrNoJob when t is no live job.
+func Of(t durable.Task) (Job, error) {
 	j, ok := view(t)
-	if err != nil || !ok {
-		return durable.Task{}, Job{}, fmt.Errorf("job %d: %w", id, ErrNoJob)
+	if !ok {
+		return Job{}, fmt.Errorf("job %d: %w", t.ID, ErrNoJob)
 	}
-	return t, j, nil
+	return j, nil
 }
 
 // Paused returns job t paused (to commit): it waits for nothing and runs

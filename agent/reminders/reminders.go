@@ -220,9 +220,20 @@ var ErrNoReminder = errors.New("no such pending reminder")
 // text; ErrNoReminder when there is no such pending reminder.
 func Cancel(ctx context.Context, s *durable.Store, id int64, now time.Time) (durable.Task, string, error) {
 	t, err := s.Task(ctx, id)
-	var cp checkpoint
-	if err != nil || t.Kind != Kind || t.State != durable.Sleeping || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+	if errors.Is(err, durable.ErrNotFound) {
 		return durable.Task{}, "", fmt.Errorf("reminder %d: %w", id, ErrNoReminder)
+	} else if err != nil {
+		return durable.Task{}, "", err
+	}
+	return Cancelled(t, now)
+}
+
+// Cancelled returns reminder task t ended as cancelled (to commit) and its
+// text; ErrNoReminder when t is no pending reminder.
+func Cancelled(t durable.Task, now time.Time) (durable.Task, string, error) {
+	var cp checkpoint
+	if t.Kind != Kind || t.State != durable.Sleeping || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+		return durable.Task{}, "", fmt.Errorf("reminder %d: %w", t.ID, ErrNoReminder)
 	}
 	t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
 	return t, cp.Text, nil

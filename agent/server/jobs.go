@@ -119,7 +119,8 @@ func (s *Server) jobDelete(w http.ResponseWriter, r *http.Request) {
 }
 
 // jobChange commits change to the job named in the path (nothing when it
-// returns nil) and answers with the job.
+// returns nil) and answers with the job. The change reads the job as last
+// committed and stands even against a run of the job in flight.
 func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(durable.Task, jobs.Job, *durable.Harness) (*durable.Task, error)) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
@@ -130,20 +131,18 @@ func (s *Server) jobChange(w http.ResponseWriter, r *http.Request, change func(d
 	if h == nil {
 		return
 	}
-	t, j, err := jobs.Get(r.Context(), h.Store(), id)
-	if errors.Is(err, jobs.ErrNoJob) {
-		problem.Write(w, http.StatusNotFound, "unknown-job", err.Error())
+	t, err := h.Update(r.Context(), id, func(t durable.Task) (*durable.Task, error) {
+		j, err := jobs.Of(t)
+		if err != nil {
+			return nil, err
+		}
+		return change(t, j, h)
+	})
+	switch {
+	case errors.Is(err, jobs.ErrNoJob) || errors.Is(err, durable.ErrNotFound):
+		problem.Write(w, http.StatusNotFound, "unknown-job", fmt.Sprintf("job %d: %v", id, jobs.ErrNoJob))
 		return
-	} else if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
-	}
-	changed, err := change(t, j, h)
-	if err == nil && changed != nil {
-		t = *changed
-		err = h.Commit(r.Context(), durable.Writes{Tasks: []durable.Task{t}})
-	}
-	if err != nil {
+	case err != nil:
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}

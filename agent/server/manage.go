@@ -80,15 +80,17 @@ func (s *Server) reminderCancel(w http.ResponseWriter, r *http.Request) {
 	if h == nil {
 		return
 	}
-	t, text, err := reminders.Cancel(r.Context(), h.Store(), id, time.Now().UTC())
-	if errors.Is(err, reminders.ErrNoReminder) {
-		problem.Write(w, http.StatusNotFound, "unknown-reminder", err.Error())
+	var text string
+	_, err = h.Update(r.Context(), id, func(t durable.Task) (*durable.Task, error) {
+		c, txt, err := reminders.Cancelled(t, time.Now().UTC())
+		text = txt
+		return &c, err
+	})
+	switch {
+	case errors.Is(err, reminders.ErrNoReminder) || errors.Is(err, durable.ErrNotFound):
+		problem.Write(w, http.StatusNotFound, "unknown-reminder", fmt.Sprintf("reminder %d: %v", id, reminders.ErrNoReminder))
 		return
-	} else if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
-	}
-	if err := h.Commit(r.Context(), durable.Writes{Tasks: []durable.Task{t}}); err != nil {
+	case err != nil:
 		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
 		return
 	}
