@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,6 +19,28 @@ import (
 // ahead fires while the sandbox is paused, stopped and removed.
 
 func sinkName() string { return stack + "-sink" }
+
+// signalAgent sends sig to the agent process of container name from the
+// host, as root can, so that Docker's state stays the manager's: Docker's own
+// kill API unpauses a paused container for any signal but the stop signal
+// and marks it to exit on its next stop. A container whose process is gone
+// gets nothing. Without root it falls back to docker kill, and says so.
+func signalAgent(t *testing.T, name string, sig syscall.Signal) {
+	t.Helper()
+	var pid int
+	if _, err := fmt.Sscan(strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.Pid}}", name)), &pid); err != nil || pid <= 0 {
+		t.Logf("%s: no process to send %v", name, sig)
+		return
+	}
+	switch err := syscall.Kill(pid, sig); {
+	case err == nil, err == syscall.ESRCH:
+	case err == syscall.EPERM:
+		t.Logf("not root: sending %v through docker kill, which also unpauses the container", sig)
+		docker(t, "kill", "-s", fmt.Sprint(int(sig)), name)
+	default:
+		t.Fatalf("signal %v to %s (pid %d): %v", sig, name, pid, err)
+	}
+}
 
 func startSink(t *testing.T) {
 	t.Helper()
@@ -284,16 +307,22 @@ func TestRetryBackoffSurvivesPause(t *testing.T) {
 // woken at that time: the reminder still arrives.
 func TestHungAgentIsWokenAtItsReportedTime(t *testing.T) {
 	startSink(t)
-	user, tok := reminderUser(t, "rem-hung", "/hung")
+	user, tok := newUser(t, "rem-hung")
+	path := "/hung/" + user // its own: the sink keeps every earlier run's deliveries
+	docker(t, "exec", managerName(), "/bin/affido", "admin", "notify", user, "http://"+sinkName()+":9999"+path)
 	due := setReminder(t, user, tok, 10*time.Second, "while hung")
 	name := stack + "-" + user + "-agent"
 	waitUntil(t, 20*time.Second, "the agent reported its wake time", func() bool {
 		return psql(t, "SELECT reported_wake_at IS NOT NULL FROM sandboxes WHERE user_id = '"+user+"'") == "t"
 	})
-	docker(t, "kill", "-s", "STOP", name) // the agent cannot answer /pause now
-	waitStatus(t, user, "paused", 20*time.Second)
-	docker(t, "kill", "-s", "CONT", name) // delivered when the manager thaws it
-	d := waitDelivery(t, "/hung", time.Until(due)+20*time.Second)
+	signalAgent(t, name, syscall.SIGSTOP) // the agent cannot answer /pause now
+	waitUntil(t, 20*time.Second, "the manager paused the hung agent", func() bool {
+		return psql(t, "SELECT count(*) FROM audit_events WHERE user_id = '"+user+"' AND kind = 'sandbox.paused'") != "0"
+	})
+	// Pending while the container is frozen: the agent runs again once the
+	// manager thaws it (to wake it, or to stop it first).
+	signalAgent(t, name, syscall.SIGCONT)
+	d := waitDelivery(t, path, time.Until(due)+20*time.Second)
 	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
 	late := d.At.Sub(dueExact)
 	t.Logf("reminder of a hung agent: delivered %v after its time", late.Round(time.Millisecond))
