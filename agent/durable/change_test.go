@@ -124,7 +124,7 @@ func TestToolCancelDuringTheOtherTasksStep(t *testing.T) {
 		if err != nil {
 			return durable.ToolResult{}, err
 		}
-		return durable.ToolResult{Output: "cancelled", Updates: []durable.Task{cancelled(tk)}}, nil
+		return durable.ToolResult{Output: "cancelled", Updates: []durable.TaskUpdate{{Read: tk, Write: cancelled(tk)}}}, nil
 	}}
 	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
 		if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
@@ -156,6 +156,178 @@ func TestToolCancelDuringTheOtherTasksStep(t *testing.T) {
 	got, err := e.store.Task(ctx, tk.ID)
 	if err != nil || got.State != durable.Terminal || got.Outcome != durable.Aborted {
 		t.Fatalf("after the step: %+v, %v; want it still cancelled", got, err)
+	}
+	for _, en := range e.entries(1) {
+		if en.Text == "the step ran" {
+			t.Fatalf("the dropped step's entry was stored: %+v", en)
+		}
+	}
+}
+
+// fires is a task kind whose step waits for release and then ends the
+// task completed with an entry, as a reminder fires.
+type fires struct{ release chan struct{} }
+
+func (k fires) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	select {
+	case <-k.release:
+	case <-ctx.Done():
+		return durable.StepResult{}, ctx.Err()
+	}
+	id, err := sc.Harness().Store().MintID()
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	t.State, t.Outcome = durable.Terminal, durable.Completed
+	return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
+		Kind: durable.ReminderEntry, Text: "fired", At: sc.Harness().Now(), RunID: t.ID}}}, nil
+}
+
+// A tool reads a task to cancel it (cancel_reminder), and the task fires
+// and ends before the tool's result is committed. Tried: the tool returns
+// its update from the copy it read. The update must not be written over the
+// fired task; the call runs again, reads the task ended and says so. Before,
+// the stale copy was written and the fired task was stored as cancelled.
+func TestToolUpdateFromAStaleReadRunsAgain(t *testing.T) {
+	k := fires{release: make(chan struct{})}
+	var (
+		e      *env
+		target int64
+		calls  atomic.Int32
+	)
+	cancel := durable.Tool{Name: "cancel_it", Safe: true, Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
+		tk, err := c.Store.Task(ctx, target)
+		if err != nil {
+			return durable.ToolResult{}, err
+		}
+		if calls.Add(1) == 1 { // the first call: the task fires after this read
+			close(k.release)
+			timeout := time.After(30 * time.Second)
+			for changed := e.h.Changed(); ; changed = e.h.Changed() {
+				if now, err := c.Store.Task(ctx, target); err == nil && !now.Live() {
+					break
+				}
+				select {
+				case <-changed:
+				case <-timeout:
+					return durable.ToolResult{}, errors.New("the task never fired")
+				}
+			}
+		}
+		if !tk.Live() {
+			return durable.ToolResult{Output: "already ended: " + tk.Outcome}, nil
+		}
+		return durable.ToolResult{Output: "cancelled", Updates: []durable.TaskUpdate{{Read: tk, Write: cancelled(tk)}}}, nil
+	}}
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		for _, m := range req.Messages { // the fired task's entry may come after the result
+			if m.Role == "tool" {
+				return durable.ModelResponse{Text: "tool said: " + m.Content}, nil
+			}
+		}
+		return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "c1", Name: "cancel_it", Arguments: json.RawMessage(`{}`)}}}, nil
+	})
+	e = newEnv(t, durable.Options{Model: model, DefaultModel: "m", Tools: []durable.Tool{cancel},
+		Kinds: map[string]durable.TaskKind{"fires": k}})
+	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "fires", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target = tk.ID
+	sub := e.ask(1, durable.Input{Text: "cancel it"})
+	if sub.Status != durable.Done {
+		t.Fatalf("submission %+v", sub)
+	}
+	got, err := e.store.Task(ctx, tk.ID)
+	if err != nil || got.State != durable.Terminal || got.Outcome != durable.Completed {
+		t.Fatalf("the fired task: %+v, %v; want it completed, not cancelled", got, err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the tool ran %d times, want 2 (once more after its update went stale)", n)
+	}
+	var results []string
+	for _, en := range e.entries(1) {
+		if en.Kind == durable.ToolResultEntry {
+			results = append(results, en.Text)
+		}
+	}
+	if strings.Join(results, "|") != "already ended: completed" {
+		t.Fatalf("tool results %q, want the one from the second call only", results)
+	}
+}
+
+// resumable is a task kind whose first step (checkpoint {}) waits for
+// release and then re-arms itself with an entry; a step from the
+// checkpoint {"again":true} ends the task with another entry.
+type resumable struct{ started, release chan struct{} }
+
+func (k resumable) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+	var cp struct{ Again bool }
+	_ = json.Unmarshal(t.Checkpoint, &cp)
+	id, err := sc.Harness().Store().MintID()
+	if err != nil {
+		return durable.StepResult{}, err
+	}
+	entry := durable.Entry{ID: id, ConversationID: t.ConversationID, Kind: durable.ReminderEntry, At: sc.Harness().Now(), RunID: t.ID}
+	if cp.Again {
+		t.State, t.Outcome = durable.Terminal, durable.Completed
+		entry.Text = "ran from the new checkpoint"
+		return durable.StepResult{Task: t, Entries: []durable.Entry{entry}}, nil
+	}
+	close(k.started)
+	select {
+	case <-k.release:
+	case <-ctx.Done():
+		return durable.StepResult{}, ctx.Err()
+	}
+	next := sc.Harness().Now().Add(time.Hour)
+	t.State, t.Deadline = durable.Sleeping, &next
+	entry.Text = "the step ran"
+	return durable.StepResult{Task: t, Entries: []durable.Entry{entry}}, nil
+}
+
+// An outside change that leaves the task ready (here: a new checkpoint,
+// pending) drops the running step's work, and the task then runs again
+// from what the change stored.
+func TestTaskChangedDuringItsStepRunsFromTheChange(t *testing.T) {
+	k := resumable{started: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"resumable": k}})
+	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "resumable", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-k.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step never started")
+	}
+	if _, err := e.h.Update(ctx, tk.ID, func(tk durable.Task) (*durable.Task, error) {
+		tk.State, tk.Checkpoint = durable.Pending, json.RawMessage(`{"again":true}`)
+		return &tk, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(k.release)
+	timeout := time.After(30 * time.Second)
+	for changed := e.h.Changed(); ; changed = e.h.Changed() {
+		if got, err := e.store.Task(ctx, tk.ID); err == nil && got.State == durable.Terminal && !e.h.Busy() {
+			if got.Outcome != durable.Completed {
+				t.Fatalf("ended %s, want completed", got.Outcome)
+			}
+			break
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatal("the changed task never ran again")
+		}
+	}
+	var texts []string
+	for _, en := range e.entries(1) {
+		texts = append(texts, en.Text)
+	}
+	if strings.Join(texts, "|") != "ran from the new checkpoint" {
+		t.Fatalf("entries %q, want only the run from the new checkpoint", texts)
 	}
 }
 

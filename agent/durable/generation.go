@@ -314,14 +314,13 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 	if err != nil {
 		return StepResult{}, err
 	}
-	newTasks = append(newTasks, res.Updates...)
 	cp.Executing = false
 	cp.Next++
 	if cp.Next == len(cp.Calls) {
 		cp = genCheckpoint{Phase: phaseRequest, Turn: cp.Turn}
 	}
 	t.Checkpoint = mustRaw(cp)
-	return StepResult{Task: t, Entries: written, NewTasks: newTasks,
+	return StepResult{Task: t, Entries: written, NewTasks: newTasks, Updates: res.Updates,
 		Usage: []UsageDelta{{ConversationID: t.ConversationID, Kind: "tool", Name: call.Name, Calls: 1}}}, nil
 }
 

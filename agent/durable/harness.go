@@ -27,6 +27,9 @@ type StepResult struct {
 	Submissions []Submission
 	Usage       []UsageDelta
 	NewTasks    []Task
+	// Updates replace existing tasks, each only if it is still stored as
+	// read (see TaskUpdate).
+	Updates []TaskUpdate
 }
 
 // StepContext gives a step the harness's services.
@@ -119,12 +122,13 @@ type Harness struct {
 
 	decideMu sync.Mutex // one owner decision at a time
 
-	// commitMu orders every commit that writes tasks: an invocation's own
-	// commits, and changes from outside it (the owner cancels or pauses a
-	// job, a tool cancels a reminder). An outside change to a task whose
-	// invocation is in flight marks it in changed, and that invocation's
-	// next commit is refused (errChanged): the change stands, and the step's
-	// work is dropped instead of bringing the task back.
+	// commitMu orders every commit that writes existing tasks: an
+	// invocation's own commits, and changes from outside it (the owner
+	// cancels or pauses a job, a tool cancels a reminder). An outside change
+	// to a task whose invocation is in flight marks it in changed, and that
+	// invocation's next commit is refused (errChanged): the change stands,
+	// and the step's work is dropped instead of bringing the task back.
+	// Submit and AddTask write new tasks only and do not take it.
 	commitMu sync.Mutex
 
 	mu       sync.Mutex
@@ -432,7 +436,13 @@ func (h *Harness) invoke(t Task) {
 	delete(h.changed, id)
 	h.mu.Unlock()
 	h.commitMu.Unlock()
-	if err != nil || !h.ready(t, h.Now()) {
+	if err != nil {
+		if h.ctx.Err() == nil {
+			h.opts.Log.Warn("durable: read task before running it", "task", id, "err", err)
+		}
+		return // the deferred poke gives it back to the scheduler
+	}
+	if !h.ready(t, h.Now()) {
 		return
 	}
 	kind, ok := h.kinds[t.Kind]
@@ -455,6 +465,10 @@ func (h *Harness) invoke(t Task) {
 			if errors.Is(err, errChanged) {
 				h.opts.Log.Info("durable: task changed from outside during its step; the step's work is dropped", "task", t.ID, "kind", t.Kind)
 				return
+			}
+			if errors.Is(err, errStale) {
+				h.opts.Log.Info("durable: a task the step updates changed since it was read; the step runs again", "task", t.ID, "kind", t.Kind)
+				return // the deferred poke runs it again
 			}
 			h.opts.Log.Error("durable: step failed", "task", t.ID, "kind", t.Kind, "err", err)
 			next = t.end(h.Now(), Faulted, err.Error())
@@ -483,7 +497,7 @@ func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
 	}
 	cur := *sc.task
 	if res.Task.State == cur.State && bytes.Equal(res.Task.Checkpoint, cur.Checkpoint) &&
-		len(res.Entries) == 0 && len(res.Submissions) == 0 && len(res.NewTasks) == 0 && equalDeadline(res.Task.Deadline, cur.Deadline) {
+		len(res.Entries) == 0 && len(res.Submissions) == 0 && len(res.NewTasks) == 0 && len(res.Updates) == 0 && equalDeadline(res.Task.Deadline, cur.Deadline) {
 		return t, errors.New("step made no durable progress")
 	}
 	if res.Task.State == Terminal && res.Task.EndedAt == nil {
@@ -491,7 +505,12 @@ func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
 		res.Task.EndedAt = &now
 	}
 	w := Writes{Tasks: append([]Task{res.Task}, res.NewTasks...), Entries: res.Entries, Submissions: res.Submissions, Usage: res.Usage}
-	if err := h.commit(h.ctx, t.ID, w); err != nil {
+	read := make([]Task, 0, len(res.Updates))
+	for _, u := range res.Updates {
+		w.Tasks = append(w.Tasks, u.Write)
+		read = append(read, u.Read)
+	}
+	if err := h.commit(h.ctx, t.ID, w, read...); err != nil {
 		return t, err
 	}
 	return res.Task, nil
@@ -594,7 +613,10 @@ func (h *Harness) AddTask(ctx context.Context, t Task, entries ...Entry) (Task, 
 }
 
 // Commit writes w on behalf of a caller outside any task (a reset marker,
-// a new conversation) and lets the scheduler see it.
+// a new conversation) and lets the scheduler see it. A task it writes whose
+// invocation is in flight loses that invocation's uncommitted work (see
+// Harness.commitMu), even work with effects outside the store: write
+// running tasks only to end or hold them.
 func (h *Harness) Commit(ctx context.Context, w Writes) error {
 	if err := h.commit(ctx, 0, w); err != nil {
 		return err

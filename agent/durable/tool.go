@@ -47,11 +47,20 @@ type ToolResult struct {
 	// sleeping task, for example); IDs are assigned by the harness.
 	Tasks []Task
 	// Updates replace existing tasks in the same commit (cancelling a reminder).
-	Updates []Task
+	Updates []TaskUpdate
 	// Outside is text the tool brought in from elsewhere (a fetched page,
 	// search results). It is stored as its own OutsideText entry, with its
 	// provenance, and reaches the model marked as outside text.
 	Outside *Outside
+}
+
+// TaskUpdate replaces an existing task: Write as the tool wants it stored,
+// Read as the tool read it. If the task was written since (it fired, or
+// ran), nothing of the call is committed and the step runs again, so a
+// Safe tool runs again on what is stored now; it never writes over a task
+// that moved on.
+type TaskUpdate struct {
+	Read, Write Task
 }
 
 // Outside is text from a source that is not the owner.

@@ -68,6 +68,9 @@ func Tools() []durable.Tool {
 			Name:        "cancel_job",
 			Description: "Cancel a scheduled job by its id (from list_jobs).",
 			Parameters:  durable.Schema(`"id":{"type":"string"}`, "id"),
+			// Its one effect, the update, is committed with its result: run
+			// again, it cancels what is stored then.
+			Safe: true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				id, err := durable.IDArgument(args, "a job id from list_jobs")
 				if err != nil {
@@ -78,7 +81,7 @@ func Tools() []durable.Tool {
 					return durable.ToolResult{}, err
 				}
 				return durable.ToolResult{Output: fmt.Sprintf("cancelled job %d (%s): %s", id, j.Cron, j.Prompt),
-					Updates: []durable.Task{Cancelled(t, c.Now)}}, nil
+					Updates: []durable.TaskUpdate{{Read: t, Write: Cancelled(t, c.Now)}}}, nil
 			},
 		},
 	}

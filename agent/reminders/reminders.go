@@ -173,16 +173,20 @@ func Tools() []durable.Tool {
 			Name:        "cancel_reminder",
 			Description: "Cancel a pending reminder by its id (from list_reminders).",
 			Parameters:  durable.Schema(`"id":{"type":"string"}`, "id"),
+			// Its one effect, the update, is committed with its result: run
+			// again, it cancels what is stored then.
+			Safe: true,
 			Execute: func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
 				id, err := durable.IDArgument(args, "a reminder id from list_reminders")
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				t, text, err := Cancel(ctx, c.Store, id, c.Now)
+				read, t, text, err := Cancel(ctx, c.Store, id, c.Now)
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				return durable.ToolResult{Output: fmt.Sprintf("cancelled reminder %d: %s", id, text), Updates: []durable.Task{t}}, nil
+				return durable.ToolResult{Output: fmt.Sprintf("cancelled reminder %d: %s", id, text),
+					Updates: []durable.TaskUpdate{{Read: read, Write: t}}}, nil
 			},
 		},
 	}
@@ -216,16 +220,18 @@ func Pending(ctx context.Context, s *durable.Store) ([]Reminder, error) {
 // ErrNoReminder is returned by Cancel for an id that is no pending reminder.
 var ErrNoReminder = errors.New("no such pending reminder")
 
-// Cancel returns reminder id's task ended as cancelled (to commit) and its
-// text; ErrNoReminder when there is no such pending reminder.
-func Cancel(ctx context.Context, s *durable.Store, id int64, now time.Time) (durable.Task, string, error) {
-	t, err := s.Task(ctx, id)
+// Cancel reads reminder id's task and returns it as read, ended as
+// cancelled (to commit), and its text; ErrNoReminder when there is no such
+// pending reminder.
+func Cancel(ctx context.Context, s *durable.Store, id int64, now time.Time) (read, cancelled durable.Task, text string, err error) {
+	read, err = s.Task(ctx, id)
 	if errors.Is(err, durable.ErrNotFound) {
-		return durable.Task{}, "", fmt.Errorf("reminder %d: %w", id, ErrNoReminder)
+		return read, cancelled, "", fmt.Errorf("reminder %d: %w", id, ErrNoReminder)
 	} else if err != nil {
-		return durable.Task{}, "", err
+		return read, cancelled, "", err
 	}
-	return Cancelled(t, now)
+	cancelled, text, err = Cancelled(read, now)
+	return read, cancelled, text, err
 }
 
 // Cancelled returns reminder task t ended as cancelled (to commit) and its
