@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -35,19 +36,33 @@ func (g gated) Step(ctx context.Context, sc *durable.StepContext, t durable.Task
 		Kind: durable.ReminderEntry, Text: "the step ran", At: sc.Harness().Now(), RunID: t.ID}}}, nil
 }
 
-// waitIdle waits until no invocation is in flight. An invocation's end
-// notifies after it leaves the busy set; watch before looking, so that
-// notification cannot slip between the two.
-func waitIdle(t *testing.T, h *durable.Harness) {
+// waitHarness waits, up to 30 s, until done holds, looking again at every
+// change h signals. An invocation's end signals after it leaves the busy
+// set; the watch starts before each look, so no signal slips between.
+func waitHarness(t *testing.T, h *durable.Harness, what string, done func() bool) {
 	t.Helper()
+	if err := untilChanged(h, done); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// untilChanged is waitHarness for a caller that is not the test goroutine.
+func untilChanged(h *durable.Harness, done func() bool) error {
 	timeout := time.After(30 * time.Second)
-	for changed := h.Changed(); h.Busy(); changed = h.Changed() {
+	for changed := h.Changed(); !done(); changed = h.Changed() {
 		select {
 		case <-changed:
 		case <-timeout:
-			t.Fatal("the step's invocation never ended")
+			return errors.New("not within 30 s")
 		}
 	}
+	return nil
+}
+
+// waitIdle waits until no invocation is in flight.
+func waitIdle(t *testing.T, h *durable.Harness) {
+	t.Helper()
+	waitHarness(t, h, "the step's invocation never ended", func() bool { return !h.Busy() })
 }
 
 func cancelled(t durable.Task) durable.Task {
@@ -202,16 +217,11 @@ func TestToolUpdateFromAStaleReadRunsAgain(t *testing.T) {
 		}
 		if calls.Add(1) == 1 { // the first call: the task fires after this read
 			close(k.release)
-			timeout := time.After(30 * time.Second)
-			for changed := e.h.Changed(); ; changed = e.h.Changed() {
-				if now, err := c.Store.Task(ctx, target); err == nil && !now.Live() {
-					break
-				}
-				select {
-				case <-changed:
-				case <-timeout:
-					return durable.ToolResult{}, errors.New("the task never fired")
-				}
+			if err := untilChanged(e.h, func() bool {
+				now, err := c.Store.Task(ctx, target)
+				return err == nil && !now.Live()
+			}); err != nil {
+				return durable.ToolResult{}, fmt.Errorf("the task never fired: %w", err)
 			}
 		}
 		if !tk.Live() {
@@ -308,19 +318,13 @@ func TestTaskChangedDuringItsStepRunsFromTheChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(k.release)
-	timeout := time.After(30 * time.Second)
-	for changed := e.h.Changed(); ; changed = e.h.Changed() {
-		if got, err := e.store.Task(ctx, tk.ID); err == nil && got.State == durable.Terminal && !e.h.Busy() {
-			if got.Outcome != durable.Completed {
-				t.Fatalf("ended %s, want completed", got.Outcome)
-			}
-			break
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatal("the changed task never ran again")
-		}
+	var got durable.Task
+	waitHarness(t, e.h, "the changed task never ran again", func() bool {
+		got, err = e.store.Task(ctx, tk.ID)
+		return err == nil && got.State == durable.Terminal && !e.h.Busy()
+	})
+	if got.Outcome != durable.Completed {
+		t.Fatalf("ended %s, want completed", got.Outcome)
 	}
 	var texts []string
 	for _, en := range e.entries(1) {
@@ -405,18 +409,11 @@ func TestTaskRunsAfterItsReadFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	timeout := time.After(30 * time.Second)
-	for changed := h.Changed(); ; changed = h.Changed() {
-		var got durable.Task
-		if !db.armed.Load() { // the harness's read has failed: this one may not
-			if got, err = s.Task(ctx, tk.ID); err == nil && got.State == durable.Terminal && !h.Busy() {
-				break
-			}
+	waitHarness(t, h, "the task never ran after its failed read", func() bool {
+		if db.armed.Load() { // the harness's read has not failed yet: this one would
+			return false
 		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("the task after a failed read: %+v, %v; busy %v; failure still armed %v", got, err, h.Busy(), db.armed.Load())
-		}
-	}
+		got, err := s.Task(ctx, tk.ID)
+		return err == nil && got.State == durable.Terminal && !h.Busy()
+	})
 }
