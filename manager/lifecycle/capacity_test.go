@@ -56,6 +56,39 @@ func TestNotPausedUnderARequest(t *testing.T) {
 	}
 }
 
+// A request that waited for its sandbox longer than RequestGrace (tried: a
+// bring-up held while the clock moves 5 s) still holds off a pause for
+// RequestGrace once it is answered. Before, the grace counted from its
+// arrival, and the sandbox could be paused the moment it came up.
+func TestGraceCountsFromTheAnswer(t *testing.T) {
+	r := newRig(t, Config{MaxRunning: 1, RequestGrace: time.Second})
+	r.eng.gate = make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := r.m.Resolve(ctx, "slow", false)
+		done <- err
+	}()
+	r.eventually("the bring-up waits at the engine", func() bool { r.eng.mu.Lock(); defer r.eng.mu.Unlock(); return r.eng.heavy == 1 })
+	r.clock.Add(5 * time.Second)
+	close(r.eng.gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.resolve("newcomer"); !errors.Is(err, ErrCapacity) {
+		t.Fatalf("just after the slow request was answered: %v, want ErrCapacity", err)
+	}
+	if r.state("slow") != Running {
+		t.Fatalf("slow is %s", r.state("slow"))
+	}
+	r.clock.Add(2 * time.Second)
+	r.mustResolve("newcomer")
+	if r.state("slow") != Paused {
+		t.Fatalf("slow is %s once the grace is over", r.state("slow"))
+	}
+}
+
 // The idle tiers walk a sandbox down pause → stop → remove, volumes kept,
 // and a request brings it back from any of them.
 func TestIdleTiers(t *testing.T) {

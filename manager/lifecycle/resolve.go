@@ -21,6 +21,8 @@ type flight struct {
 //
 // A request waits for its sandbox at most ProvisionTimeout; then it gets a
 // *QueuedError and the bring-up goes on, so asking again later finds it up.
+// A request that waited for a bring-up holds off a pause for RequestGrace
+// from when it is answered, not from when it came.
 func (m *Manager) Resolve(ctx context.Context, user string, activating bool) (netip.AddrPort, error) {
 	now := m.now()
 	m.mu.Lock()
@@ -41,6 +43,11 @@ func (m *Manager) Resolve(ctx context.Context, user string, activating bool) (ne
 	defer budget.Stop()
 	select {
 	case <-f.done:
+		if f.err == nil {
+			m.mu.Lock()
+			b.lastRequest = m.now()
+			m.mu.Unlock()
+		}
 		return f.ep, f.err
 	case <-ctx.Done():
 		return netip.AddrPort{}, ctx.Err()
