@@ -14,28 +14,6 @@ import (
 	"github.com/affido/affido/agent/durable"
 )
 
-// gated is a task kind whose step tells started and then waits for
-// release before it re-arms itself an hour on with an entry, as a job's
-// step does.
-type gated struct{ started, release chan struct{} }
-
-func (g gated) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
-	close(g.started)
-	select {
-	case <-g.release:
-	case <-ctx.Done():
-		return durable.StepResult{}, ctx.Err()
-	}
-	id, err := sc.Harness().Store().MintID()
-	if err != nil {
-		return durable.StepResult{}, err
-	}
-	next := sc.Harness().Now().Add(time.Hour)
-	t.State, t.Deadline = durable.Sleeping, &next
-	return durable.StepResult{Task: t, Entries: []durable.Entry{{ID: id, ConversationID: t.ConversationID,
-		Kind: durable.ReminderEntry, Text: "the step ran", At: sc.Harness().Now(), RunID: t.ID}}}, nil
-}
-
 // waitHarness waits, up to 30 s, until done holds, looking again at every
 // change h signals. An invocation's end signals after it leaves the busy
 // set; the watch starts before each look, so no signal slips between.
@@ -102,17 +80,9 @@ func TestTaskEndedDuringItsStepStaysEnded(t *testing.T) {
 	}
 	for name, end := range ways {
 		t.Run(name, func(t *testing.T) {
-			g := gated{started: make(chan struct{}), release: make(chan struct{})}
+			g := newGated()
 			e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"gated": g}})
-			tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "gated", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-g.started:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the step never started")
-			}
+			tk := startGated(t, e, g)
 			end(t, e.h, tk.ID)
 			close(g.release)
 			waitIdle(t, e.h)
@@ -132,7 +102,7 @@ func TestTaskEndedDuringItsStepStaysEnded(t *testing.T) {
 // A tool in one task's step cancels another task whose step is running
 // (cancel_job while the job fires): the cancel stands.
 func TestToolCancelDuringTheOtherTasksStep(t *testing.T) {
-	g := gated{started: make(chan struct{}), release: make(chan struct{})}
+	g := newGated()
 	var target int64
 	cancel := durable.Tool{Name: "cancel_it", Execute: func(ctx context.Context, c durable.ToolCallContext, _ json.RawMessage) (durable.ToolResult, error) {
 		tk, err := c.Store.Task(ctx, target)
@@ -149,16 +119,8 @@ func TestToolCancelDuringTheOtherTasksStep(t *testing.T) {
 	})
 	e := newEnv(t, durable.Options{Model: model, DefaultModel: "m", Tools: []durable.Tool{cancel},
 		Kinds: map[string]durable.TaskKind{"gated": g}})
-	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "gated", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := startGated(t, e, g)
 	target = tk.ID
-	select {
-	case <-g.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the step never started")
-	}
 	sub, err := e.h.Submit(ctx, 1, durable.Input{Text: "cancel it"})
 	if err != nil {
 		t.Fatal(err)
@@ -266,12 +228,31 @@ func TestToolUpdateFromAStaleReadRunsAgain(t *testing.T) {
 	}
 }
 
-// resumable is a task kind whose first step (checkpoint {}) waits for
-// release and then re-arms itself with an entry; a step from the
-// checkpoint {"again":true} ends the task with another entry.
-type resumable struct{ started, release chan struct{} }
+// gated is a task kind whose step from the checkpoint {} tells started,
+// waits for release and then re-arms itself an hour on with an entry, as a
+// job's step does; a step from {"again":true} ends the task with another
+// entry.
+type gated struct{ started, release chan struct{} }
 
-func (k resumable) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
+func newGated() gated { return gated{started: make(chan struct{}), release: make(chan struct{})} }
+
+// startGated adds a pending task of kind "gated" (g, in e's options) and
+// waits until its step runs.
+func startGated(t *testing.T, e *env, g gated) durable.Task {
+	t.Helper()
+	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "gated", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step never started")
+	}
+	return tk
+}
+
+func (k gated) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (durable.StepResult, error) {
 	var cp struct{ Again bool }
 	_ = json.Unmarshal(t.Checkpoint, &cp)
 	id, err := sc.Harness().Store().MintID()
@@ -300,17 +281,9 @@ func (k resumable) Step(ctx context.Context, sc *durable.StepContext, t durable.
 // pending) drops the running step's work, and the task then runs again
 // from what the change stored.
 func TestTaskChangedDuringItsStepRunsFromTheChange(t *testing.T) {
-	k := resumable{started: make(chan struct{}), release: make(chan struct{})}
-	e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"resumable": k}})
-	tk, err := e.h.AddTask(ctx, durable.Task{ConversationID: 1, Kind: "resumable", State: durable.Pending, Checkpoint: json.RawMessage(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-k.started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the step never started")
-	}
+	k := newGated()
+	e := newEnv(t, durable.Options{Kinds: map[string]durable.TaskKind{"gated": k}})
+	tk := startGated(t, e, k)
 	if _, err := e.h.Update(ctx, tk.ID, func(tk durable.Task) (*durable.Task, error) {
 		tk.State, tk.Checkpoint = durable.Pending, json.RawMessage(`{"again":true}`)
 		return &tk, nil
@@ -320,6 +293,7 @@ func TestTaskChangedDuringItsStepRunsFromTheChange(t *testing.T) {
 	close(k.release)
 	var got durable.Task
 	waitHarness(t, e.h, "the changed task never ran again", func() bool {
+		var err error
 		got, err = e.store.Task(ctx, tk.ID)
 		return err == nil && got.State == durable.Terminal && !e.h.Busy()
 	})
