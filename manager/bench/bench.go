@@ -24,6 +24,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/affido/affido/manager/provision"
 )
 
 // Config says what to measure and how much.
@@ -235,11 +237,11 @@ func (r *runner) waitDirect(ctx context.Context, ep netip.AddrPort, start time.T
 
 func (r *runner) endpoint(ctx context.Context, user string) (netip.AddrPort, string, error) {
 	n := r.sandboxName(user)
-	res, err := r.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{})
+	res, err := r.cli.ContainerInspect(ctx, provision.ContainerName(n), client.ContainerInspectOptions{})
 	if err != nil {
 		return netip.AddrPort{}, "", err
 	}
-	ep := res.Container.NetworkSettings.Networks[n.Network()]
+	ep := res.Container.NetworkSettings.Networks[provision.NetworkName(n)]
 	if ep == nil {
 		return netip.AddrPort{}, "", fmt.Errorf("%s has no address", user)
 	}
@@ -468,7 +470,7 @@ func (r *runner) burst(ctx context.Context) error {
 	}
 	stop()
 	n := r.sandboxName(one)
-	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("name", n.Container())})
+	list, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("name", provision.ContainerName(n))})
 	if err != nil {
 		return err
 	}
@@ -515,10 +517,10 @@ func (r *runner) density(ctx context.Context) error {
 	var agents []float64
 	for _, u := range r.users {
 		n := r.sandboxName(u)
-		if res, err := r.cli.ContainerInspect(ctx, n.Container(), client.ContainerInspectOptions{}); err == nil && res.Container.State != nil && res.Container.State.Running && !res.Container.State.Paused {
-			_, _ = r.cli.ContainerPause(ctx, n.Container(), client.ContainerPauseOptions{})
+		if res, err := r.cli.ContainerInspect(ctx, provision.ContainerName(n), client.ContainerInspectOptions{}); err == nil && res.Container.State != nil && res.Container.State.Running && !res.Container.State.Paused {
+			_, _ = r.cli.ContainerPause(ctx, provision.ContainerName(n), client.ContainerPauseOptions{})
 		}
-		if m, err := mem(n.Container()); err == nil && m > 0 {
+		if m, err := mem(provision.ContainerName(n)); err == nil && m > 0 {
 			agents = append(agents, m)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"github.com/affido/affido/manager/provision"
 )
 
 // densityAt brings the stack to Density sandboxes at rest (new users, one
@@ -48,7 +50,7 @@ func (r *runner) densityAt(ctx context.Context) error {
 	}
 	var agents []float64
 	for _, u := range sample(made, 20) {
-		if m, err := r.memory(ctx, r.sandboxName(u).Container()); err == nil && m > 0 {
+		if m, err := r.memory(ctx, provision.ContainerName(r.sandboxName(u))); err == nil && m > 0 {
 			agents = append(agents, m)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // admin runs `affido admin ARGS` in the stack's manager.
@@ -80,7 +80,7 @@ func (r *runner) setPool(ctx context.Context, size int, drain bool, want int) er
 
 // sandboxName is what user's sandbox objects are named after (the user id,
 // or a pool name for a sandbox claimed from the warm pool).
-func (r *runner) sandboxName(user string) provision.Names {
+func (r *runner) sandboxName(user string) lifecycle.Names {
 	r.mu.Lock()
 	name, ok := r.names[user]
 	r.mu.Unlock()
@@ -93,7 +93,7 @@ func (r *runner) sandboxName(user string) provision.Names {
 	if !ok {
 		name = user
 	}
-	return provision.Names{Stack: r.cfg.Stack, Sandbox: name}
+	return lifecycle.Names{Stack: r.cfg.Stack, Sandbox: name}
 }
 
 // poolOff empties the warm pool for the cold rows, remembering its size.

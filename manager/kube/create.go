@@ -10,15 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // Create makes the sandbox's place: its NetworkPolicy, so that no Pod of
 // it ever runs unisolated. The Pod comes with Start. subnet is ignored:
 // the cluster gives the Pod its address.
-func (e *Engine) Create(ctx context.Context, n provision.Names, _ netip.Prefix) (provision.Container, error) {
+func (e *Engine) Create(ctx context.Context, n lifecycle.Names, _ netip.Prefix) (lifecycle.Container, error) {
 	if err := e.ensurePolicy(ctx, n); err != nil {
-		return provision.Container{}, err
+		return lifecycle.Container{}, err
 	}
 	return e.Inspect(ctx, n)
 }
@@ -26,7 +26,7 @@ func (e *Engine) Create(ctx context.Context, n provision.Names, _ netip.Prefix) 
 // ensurePolicy creates the NetworkPolicy, or brings an existing one to the
 // wanted spec: read, change, write, again on a resourceVersion conflict
 // (another manager wrote meanwhile), never a blind overwrite.
-func (e *Engine) ensurePolicy(ctx context.Context, n provision.Names) error {
+func (e *Engine) ensurePolicy(ctx context.Context, n lifecycle.Names) error {
 	want := e.cfg.Policy(n)
 	api := e.cs.NetworkingV1().NetworkPolicies(e.cfg.Namespace)
 	_, err := api.Create(ctx, want, metav1.CreateOptions{})
@@ -57,7 +57,7 @@ func (e *Engine) ensurePolicy(ctx context.Context, n provision.Names) error {
 
 // EnsureVolumes creates the sandbox's two claims. A claim still being
 // deleted (a reset just before) is waited out and made anew.
-func (e *Engine) EnsureVolumes(ctx context.Context, n provision.Names) error {
+func (e *Engine) EnsureVolumes(ctx context.Context, n lifecycle.Names) error {
 	api := e.cs.CoreV1().PersistentVolumeClaims(e.cfg.Namespace)
 	for _, want := range e.cfg.Claims(n) {
 		for {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // A NetworkPolicy that drifted is brought back to the wanted spec by a
@@ -19,7 +19,7 @@ import (
 // conflict) it reads again and retries, rather than overwriting blindly.
 func TestEnsurePolicyRetriesOnConflict(t *testing.T) {
 	c := testConfig()
-	n := provision.Names{Stack: c.Stack, Sandbox: "alice"}
+	n := lifecycle.Names{Stack: c.Stack, Sandbox: "alice"}
 	drifted := c.Policy(n)
 	drifted.Spec.Egress = nil // someone loosened it
 	cs := fake.NewClientset(drifted)

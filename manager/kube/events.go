@@ -8,22 +8,22 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // Events follows the stack's Pods with an informer and turns their changes
-// into the lifecycle's events: "start" when a Pod becomes Ready, "die"
+// into the lifecycle's events: EventStarted when a Pod becomes Ready, EventDied
 // when it ends or goes (the lifecycle tells a death from its own stop).
 // The events only say where to look again: the lifecycle then asks the API
 // server, never the informer's cache. The stream ends with ctx.
-func (e *Engine) Events(ctx context.Context) (<-chan provision.Event, <-chan error) {
-	out := make(chan provision.Event, 64)
+func (e *Engine) Events(ctx context.Context) (<-chan lifecycle.Event, <-chan error) {
+	out := make(chan lifecycle.Event, 64)
 	errc := make(chan error, 1)
 	f := informers.NewSharedInformerFactoryWithOptions(e.cs, 0, informers.WithNamespace(e.cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = e.selector() }))
-	send := func(pod *corev1.Pod, action string) {
+	send := func(pod *corev1.Pod, kind lifecycle.EventKind) {
 		select {
-		case out <- provision.Event{Sandbox: sandboxOf(pod.Annotations), Name: pod.Name, Action: action}:
+		case out <- lifecycle.Event{Sandbox: sandboxOf(pod.Annotations), Kind: kind}:
 		case <-ctx.Done():
 		}
 	}
@@ -35,20 +35,19 @@ func (e *Engine) Events(ctx context.Context) (<-chan provision.Event, <-chan err
 			if old == nil || pod == nil {
 				return
 			}
-			switch was, is := podStatus(old), podStatus(pod); {
-			case was == is:
-			case is == "running":
-				send(pod, "start")
-			case is == "exited":
-				send(pod, "die")
+			switch {
+			case podStatus(pod) == lifecycle.StatusRunning && podStatus(old) != lifecycle.StatusRunning:
+				send(pod, lifecycle.EventStarted)
+			case ended(pod) && !ended(old):
+				send(pod, lifecycle.EventDied)
 			}
 		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if pod, ok := obj.(*corev1.Pod); ok && podStatus(pod) != "exited" {
-				send(pod, "die")
+			if pod, ok := obj.(*corev1.Pod); ok && !ended(pod) {
+				send(pod, lifecycle.EventDied)
 			}
 		},
 	})

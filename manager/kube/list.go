@@ -6,14 +6,14 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // List returns the stack's objects by sandbox name, read from the API
 // server: Pods (and NetworkPolicies without a Pod, as stopped sandboxes)
 // as containers, claims as volumes. Kubernetes has no sandbox networks.
-func (e *Engine) List(ctx context.Context) (provision.Inventory, error) {
-	inv := provision.Inventory{Containers: map[string][]provision.Container{}, Networks: map[string][]string{}, Volumes: map[string][]string{}}
+func (e *Engine) List(ctx context.Context) (lifecycle.Inventory, error) {
+	inv := lifecycle.NewInventory()
 	opts := metav1.ListOptions{LabelSelector: e.selector()}
 	pods, err := e.cs.CoreV1().Pods(e.cfg.Namespace).List(ctx, opts)
 	if err != nil {
@@ -29,7 +29,7 @@ func (e *Engine) List(ctx context.Context) (provision.Inventory, error) {
 	}
 	for _, p := range pols.Items {
 		if s := sandboxOf(p.Annotations); len(inv.Containers[s]) == 0 {
-			inv.Containers[s] = append(inv.Containers[s], provision.Container{ID: s, Sandbox: s, Status: "exited"})
+			inv.Containers[s] = append(inv.Containers[s], lifecycle.Container{ID: s, Sandbox: s, Status: lifecycle.StatusStopped})
 		}
 	}
 	pvcs, err := e.cs.CoreV1().PersistentVolumeClaims(e.cfg.Namespace).List(ctx, opts)

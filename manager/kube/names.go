@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // Labels and the annotation on every object. A user id may hold capitals
@@ -53,29 +53,29 @@ func key(sandbox string) string {
 	return k + "-" + hex.EncodeToString(sum[:4])
 }
 
-func podName(n provision.Names) string    { return n.Stack + "-" + key(n.Sandbox) + "-agent" }
-func policyName(n provision.Names) string { return n.Stack + "-" + key(n.Sandbox) }
-func sessionClaim(n provision.Names) string {
+func podName(n lifecycle.Names) string    { return n.Stack + "-" + key(n.Sandbox) + "-agent" }
+func policyName(n lifecycle.Names) string { return n.Stack + "-" + key(n.Sandbox) }
+func sessionClaim(n lifecycle.Names) string {
 	return n.Stack + "-" + key(n.Sandbox) + "-session"
 }
-func workspaceClaim(n provision.Names) string {
+func workspaceClaim(n lifecycle.Names) string {
 	return n.Stack + "-" + key(n.Sandbox) + "-workspace"
 }
 
 // labels are every object's labels: the provisioner's, with the key for
 // the sandbox.
-func labels(n provision.Names) map[string]string {
+func labels(n lifecycle.Names) map[string]string {
 	l := n.Labels()
-	l[provision.LabelSandbox] = key(n.Sandbox)
-	if u, ok := l[provision.LabelUser]; ok {
-		l[provision.LabelUser] = key(u)
+	l[lifecycle.LabelSandbox] = key(n.Sandbox)
+	if u, ok := l[lifecycle.LabelUser]; ok {
+		l[lifecycle.LabelUser] = key(u)
 	}
 	return l
 }
 
 // selector picks the stack's objects.
 func (e *Engine) selector() string {
-	return provision.LabelManaged + "=true," + provision.LabelStack + "=" + e.cfg.Stack
+	return lifecycle.LabelManaged + "=true," + lifecycle.LabelStack + "=" + e.cfg.Stack
 }
 
 // sandboxOf is the sandbox an object belongs to.

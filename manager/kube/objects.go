@@ -9,13 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // The object builders are pure: the same Config and Names give the same
 // objects (testdata/*.golden).
 
-func (c Config) meta(name string, n provision.Names) metav1.ObjectMeta {
+func (c Config) meta(name string, n lifecycle.Names) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels(n),
 		Annotations: map[string]string{AnnotationSandbox: n.Sandbox}}
 }
@@ -31,11 +32,11 @@ func (c Config) meta(name string, n provision.Names) metav1.ObjectMeta {
 // CAP_FOWNER (both allowed by "baseline") gives fresh claims, which are
 // root's, to the agent's uids (privsep.Own); Docker volumes get the
 // image's ownership instead.
-func (c Config) Pod(n provision.Names) *corev1.Pod {
+func (c Config) Pod(n lifecycle.Names) *corev1.Pod {
 	c.defaults()
 	root := int64(0)
 	env := []corev1.EnvVar{}
-	for _, kv := range provision.AgentEnv(c.AgentPort, c.GatewayURL, provision.Caller{KeyHash: c.CallerKeyHash}, c.Env) {
+	for _, kv := range sandboxapi.AgentEnv(c.AgentPort, c.GatewayURL, sandboxapi.Caller{KeyHash: c.CallerKeyHash}, c.Env) {
 		k, v, _ := strings.Cut(kv, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
 	}
@@ -101,14 +102,14 @@ func (c Config) Pod(n provision.Names) *corev1.Pod {
 		},
 	}
 	if c.GatewayIP.IsValid() {
-		p.Spec.HostAliases = []corev1.HostAlias{{IP: c.GatewayIP.String(), Hostnames: []string{provision.GatewayAlias}}}
+		p.Spec.HostAliases = []corev1.HostAlias{{IP: c.GatewayIP.String(), Hostnames: []string{sandboxapi.GatewayAlias}}}
 	}
 	return p
 }
 
 // Claims are the sandbox's two volumes: the session (/data) and the
 // workspace (/workspace).
-func (c Config) Claims(n provision.Names) []*corev1.PersistentVolumeClaim {
+func (c Config) Claims(n lifecycle.Names) []*corev1.PersistentVolumeClaim {
 	c.defaults()
 	var out []*corev1.PersistentVolumeClaim
 	for _, name := range []string{sessionClaim(n), workspaceClaim(n)} {
@@ -131,7 +132,7 @@ func (c Config) Claims(n provision.Names) []*corev1.PersistentVolumeClaim {
 // Policy isolates the sandbox's Pod: in, only Caddy's Pods on the agent's
 // port; out, only Caddy's Pods on the gateway port (the Pod resolves
 // "gateway" from its hosts file, so it needs no DNS).
-func (c Config) Policy(n provision.Names) *netv1.NetworkPolicy {
+func (c Config) Policy(n lifecycle.Names) *netv1.NetworkPolicy {
 	c.defaults()
 	tcp := corev1.ProtocolTCP
 	caddy := []netv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: c.CaddyLabels}}}
@@ -140,7 +141,7 @@ func (c Config) Policy(n provision.Names) *netv1.NetworkPolicy {
 		ObjectMeta: c.meta(policyName(n), n),
 		Spec: netv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{
-				provision.LabelStack: n.Stack, provision.LabelSandbox: key(n.Sandbox), labelApp: appAgent}},
+				lifecycle.LabelStack: n.Stack, lifecycle.LabelSandbox: key(n.Sandbox), labelApp: appAgent}},
 			PolicyTypes: []netv1.PolicyType{netv1.PolicyTypeIngress, netv1.PolicyTypeEgress},
 			Ingress: []netv1.NetworkPolicyIngressRule{{
 				From:  caddy,

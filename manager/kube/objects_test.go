@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/affido/affido/internal/sandboxapi"
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -29,7 +29,7 @@ func testConfig() Config {
 func TestObjectsGolden(t *testing.T) {
 	c := testConfig()
 	for _, sandbox := range []string{"alice", "pool.0123456789abcdef", "Bob_Smith"} {
-		n := provision.Names{Stack: c.Stack, Sandbox: sandbox}
+		n := lifecycle.Names{Stack: c.Stack, Sandbox: sandbox}
 		var out []byte
 		objs := []any{c.Policy(n)}
 		for _, pvc := range c.Claims(n) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/kube"
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // The sandbox Pod is admitted by the real Pod Security admission under
@@ -25,7 +25,7 @@ func TestPodSecurityLevel(t *testing.T) {
 	}{{"baseline", true}, {"restricted", false}} {
 		ns := namespace(t, cs, tt.level)
 		c := kube.Config{Namespace: ns, Stack: "affido", Image: "affido/agent:test", CallerKeyHash: sandboxapi.CallerKeyHash("test caller key"), MemoryBytes: 512 << 20, MilliCPU: 500}
-		pod := c.Pod(provision.Names{Stack: "affido", Sandbox: "alice"})
+		pod := c.Pod(lifecycle.Names{Stack: "affido", Sandbox: "alice"})
 		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case tt.admit && err != nil:

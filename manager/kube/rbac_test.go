@@ -14,7 +14,7 @@ import (
 
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/kube"
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // The manager's Role (deploy/kubernetes/rbac.yaml) is enough for all the
@@ -60,7 +60,7 @@ func TestManagerRoleSuffices(t *testing.T) {
 		t.Fatal(err)
 	}
 	events, _ := eng.Events(ctx)
-	n := provision.Names{Stack: "rbac", Sandbox: "alice"}
+	n := lifecycle.Names{Stack: "rbac", Sandbox: "alice"}
 	if err := eng.EnsureVolumes(ctx, n); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestManagerRoleSuffices(t *testing.T) {
 	for seen := false; !seen; {
 		select {
 		case ev := <-events:
-			seen = ev.Sandbox == "alice" && (ev.Action == "start" || ev.Action == "die")
+			seen = ev.Sandbox == "alice" && (ev.Kind == lifecycle.EventStarted || ev.Kind == lifecycle.EventDied)
 		case <-ctx.Done():
 			t.Fatal("no event from the informer")
 		}
@@ -92,7 +92,7 @@ func TestManagerRoleSuffices(t *testing.T) {
 	if err := eng.RemoveAll(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.Inspect(ctx, n); !errors.Is(err, provision.ErrNotFound) {
+	if _, err := eng.Inspect(ctx, n); !errors.Is(err, lifecycle.ErrNotFound) {
 		t.Fatalf("after RemoveAll: %v", err)
 	}
 }

@@ -7,12 +7,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // RemoveContainer deletes the sandbox's Pod and NetworkPolicy; its claims
 // stay, and a later start makes both on them again.
-func (e *Engine) RemoveContainer(ctx context.Context, n provision.Names) error {
+func (e *Engine) RemoveContainer(ctx context.Context, n lifecycle.Names) error {
 	if err := e.Stop(ctx, n.Sandbox); err != nil {
 		return err
 	}
@@ -26,7 +26,7 @@ func (e *Engine) RemoveContainer(ctx context.Context, n provision.Names) error {
 // RemoveAll deletes the Pod, the NetworkPolicy and both claims (a reset),
 // and waits until the claims are gone, so a sandbox made again under the
 // same names starts empty.
-func (e *Engine) RemoveAll(ctx context.Context, n provision.Names) error {
+func (e *Engine) RemoveAll(ctx context.Context, n lifecycle.Names) error {
 	if err := e.RemoveContainer(ctx, n); err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // Start makes the sandbox's Pod (its NetworkPolicy first, if a start finds
@@ -16,7 +16,7 @@ import (
 // left from an earlier life (ended, or being deleted) is waited out and
 // replaced; one another manager made meanwhile is taken as it is.
 func (e *Engine) Start(ctx context.Context, id string) error {
-	n := provision.Names{Stack: e.cfg.Stack, Sandbox: id}
+	n := lifecycle.Names{Stack: e.cfg.Stack, Sandbox: id}
 	if err := e.ensurePolicy(ctx, n); err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		if err != nil {
 			return fmt.Errorf("get pod %s: %w", want.Name, err)
 		}
-		if podStatus(have) != "exited" {
+		if !ended(have) {
 			break // starting or running: wait for it below
 		}
 		if err := e.deletePod(ctx, have); err != nil {
@@ -45,10 +45,10 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	err := e.waitPod(ctx, want.Name, func(p *corev1.Pod) (bool, error) {
-		if p == nil || podStatus(p) == "exited" {
+		if p == nil || ended(p) {
 			return false, fmt.Errorf("start pod %s: %w", want.Name, ErrNotRunning)
 		}
-		return podStatus(p) == "running", nil
+		return podStatus(p) == lifecycle.StatusRunning, nil
 	})
 	if err != nil {
 		return fmt.Errorf("start pod %s: %w", want.Name, err)

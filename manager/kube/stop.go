@@ -8,14 +8,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // Stop deletes the sandbox's Pod (its grace period lets the agent close
 // its storage) and waits until it is gone; claims and NetworkPolicy stay.
 // A Pod that is gone already is not an error.
 func (e *Engine) Stop(ctx context.Context, id string) error {
-	n := provision.Names{Stack: e.cfg.Stack, Sandbox: id}
+	n := lifecycle.Names{Stack: e.cfg.Stack, Sandbox: id}
 	pod, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Get(ctx, podName(n), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -85,7 +84,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	n := m.names(row.Name)
 	c, err := m.eng.Inspect(ctx, n)
 	switch {
-	case errors.Is(err, provision.ErrNotFound):
+	case errors.Is(err, ErrNotFound):
 		if !slot {
 			return netip.AddrPort{}, errNeedSlot
 		}
@@ -101,8 +100,8 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 
 	tier := ""
 	switch c.Status {
-	case "running":
-	case "paused":
+	case StatusRunning:
+	case StatusPaused:
 		tier = "paused"
 		if m.pauser == nil {
 			return netip.AddrPort{}, fmt.Errorf("sandbox %s is paused on an engine that cannot unpause", row.Name)
@@ -115,7 +114,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 			return netip.AddrPort{}, err
 		}
 		m.metrics.Unpause.Observe(time.Since(start).Seconds())
-	case "created", "exited", "dead":
+	case StatusStopped:
 		if !slot {
 			return netip.AddrPort{}, errNeedSlot
 		}
@@ -194,19 +193,19 @@ func (m *Manager) sandboxRow(ctx context.Context, b *box, slot bool) (registry.S
 // container does not exist, under the names the registry records (so a
 // sandbox from the pool keeps its volumes). Every step is idempotent, so a
 // manager killed half way resumes here without a second copy of anything.
-func (m *Manager) provision(ctx context.Context, n provision.Names, row *registry.Sandbox) (provision.Container, error) {
+func (m *Manager) provision(ctx context.Context, n Names, row *registry.Sandbox) (Container, error) {
 	start := time.Now()
 	netID, err := m.makeObjects(ctx, n, row.Subnet)
 	if err != nil {
-		return provision.Container{}, err
+		return Container{}, err
 	}
 	row.NetworkID, row.State = netID, registry.StateProvisioning
 	if err := m.reg.UpdateSandbox(ctx, *row); err != nil {
-		return provision.Container{}, err
+		return Container{}, err
 	}
 	c, err := m.eng.Create(ctx, n, row.Subnet)
 	if err != nil {
-		return provision.Container{}, err
+		return Container{}, err
 	}
 	m.metrics.Provision.Observe(time.Since(start).Seconds())
 	m.audit(row.UserID, "sandbox.created", map[string]any{"container": c.ID, "network": netID, "sandbox": n.Sandbox})
@@ -215,7 +214,7 @@ func (m *Manager) provision(ctx context.Context, n provision.Names, row *registr
 
 // makeObjects ensures a sandbox's volumes and, on an engine with networks,
 // its network joined by the gateway (whose id it returns).
-func (m *Manager) makeObjects(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error) {
+func (m *Manager) makeObjects(ctx context.Context, n Names, sn netip.Prefix) (string, error) {
 	netID := ""
 	if m.nets != nil {
 		id, err := m.nets.EnsureNetwork(ctx, n, sn)

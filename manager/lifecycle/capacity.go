@@ -57,7 +57,7 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 			if !o.op.TryLock() { // busy with its own operation
 				continue
 			}
-			ok, err := m.sleep(ctx, o)
+			ok, err := m.goDown(ctx, o, Paused, causeCapacity)
 			o.op.Unlock()
 			if err != nil {
 				m.log.Warn("free capacity: pause failed", "user", o.user, "err", err)

@@ -98,8 +98,8 @@ func TestIdleTiers(t *testing.T) {
 	for _, step := range []struct {
 		after  time.Duration
 		state  State
-		status string
-	}{{time.Minute, Paused, "paused"}, {time.Hour, Stopped, "exited"}, {time.Hour, Removed, ""}} {
+		status Status
+	}{{time.Minute, Paused, StatusPaused}, {time.Hour, Stopped, StatusStopped}, {time.Hour, Removed, ""}} {
 		r.clock.Add(step.after)
 		r.eventually(string(step.state), func() bool { return r.state("a") == step.state && r.eng.status("a") == step.status })
 	}

@@ -3,13 +3,16 @@ package lifecycle
 import (
 	"context"
 	"errors"
-	"net/netip"
 
 	"github.com/affido/affido/manager/registry"
 )
 
 // Evict removes user's container now, keeping network and volumes: the
-// next request provisions a container on the volumes the registry records.
+// next request (or the agent's next due time) provisions a container on
+// the volumes the registry records. It goes down the one way (goDown), so
+// the agent's next due time is stored first and its reminders and jobs
+// still fire; an agent that is busy is evicted all the same, and brought
+// back at once to go on with its work.
 func (m *Manager) Evict(ctx context.Context, user string) error {
 	b := m.box(user)
 	b.op.Lock()
@@ -22,16 +25,11 @@ func (m *Manager) Evict(ctx context.Context, user string) error {
 		return err
 	}
 	m.noteRow(b, row)
-	m.setStopping(b, true)
-	defer m.setStopping(b, false)
-	if err := m.eng.RemoveContainer(ctx, m.names(row.Name)); err != nil {
-		return err
+	m.mu.Lock()
+	if b.state == Unknown { // not adopted yet: what the registry stored is the best start
+		b.wakeAt, b.reported, b.stale = row.WakeAt, row.ReportedWakeAt, true
 	}
-	row.State = registry.StateRemoved
-	if err := m.reg.UpdateSandbox(ctx, row); err != nil {
-		return err
-	}
-	m.setState(b, Removed, netip.AddrPort{})
-	m.audit(user, "sandbox.evicted", map[string]any{"sandbox": row.Name})
-	return nil
+	m.mu.Unlock()
+	_, err = m.goDown(ctx, b, Removed, causeEvict)
+	return err
 }

@@ -11,15 +11,16 @@ import (
 	"time"
 
 	"github.com/affido/affido/manager/lifecycle/lifecycletest"
-	"github.com/affido/affido/manager/provision"
+	"github.com/affido/affido/manager/subnet"
 )
 
 // In-memory fakes of the engine, the registry and the agents, joined so
 // that an agent answers only while its container runs unpaused.
 
 type fakeContainer struct {
-	id, name, status string
-	ip               netip.Addr
+	id, name string
+	status   Status
+	ip       netip.Addr
 }
 
 type fakeEngine struct {
@@ -33,14 +34,14 @@ type fakeEngine struct {
 	creates    int
 	slow       time.Duration // each create and start takes this long
 	gate       chan struct{} // if set, each create waits for a value
-	events     chan provision.Event
+	events     chan Event
 	failCreate bool
 	bare       bool // no networks: Create needs only the volumes
 }
 
 func newFakeEngine() *fakeEngine {
 	return &fakeEngine{containers: map[string]*fakeContainer{}, networks: map[string]string{}, volumes: map[string]bool{},
-		events: make(chan provision.Event, 256)}
+		events: make(chan Event, 256)}
 }
 
 var _ Engine = (*fakeEngine)(nil)
@@ -66,31 +67,31 @@ func (e *fakeEngine) heavyOp(ctx context.Context) func() {
 	return func() { e.mu.Lock(); e.heavy--; e.mu.Unlock() }
 }
 
-func (e *fakeEngine) Inspect(ctx context.Context, n provision.Names) (provision.Container, error) {
+func (e *fakeEngine) Inspect(ctx context.Context, n Names) (Container, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.containers[n.Sandbox]
 	if c == nil {
-		return provision.Container{}, provision.ErrNotFound
+		return Container{}, ErrNotFound
 	}
-	return provision.Container{ID: c.id, Sandbox: c.name, Status: c.status, Endpoint: netip.AddrPortFrom(c.ip, 8080)}, nil
+	return Container{ID: c.id, Sandbox: c.name, Status: c.status, Endpoint: netip.AddrPortFrom(c.ip, 8080)}, nil
 }
 
-func (e *fakeEngine) Create(ctx context.Context, n provision.Names, sn netip.Prefix) (provision.Container, error) {
+func (e *fakeEngine) Create(ctx context.Context, n Names, sn netip.Prefix) (Container, error) {
 	defer e.heavyOp(ctx)()
 	e.mu.Lock()
 	if e.failCreate {
 		e.mu.Unlock()
-		return provision.Container{}, fmt.Errorf("create %s: engine refused", n.Sandbox)
+		return Container{}, fmt.Errorf("create %s: engine refused", n.Sandbox)
 	}
-	if (e.networks[n.Sandbox] == "" && !e.bare) || !e.volumes[n.SessionVolume()] || !e.volumes[n.WorkspaceVolume()] {
+	if (e.networks[n.Sandbox] == "" && !e.bare) || !e.volumes[n.Sandbox+"/session"] || !e.volumes[n.Sandbox+"/workspace"] {
 		e.mu.Unlock()
-		return provision.Container{}, fmt.Errorf("create %s: network or volumes missing", n.Sandbox)
+		return Container{}, fmt.Errorf("create %s: network or volumes missing", n.Sandbox)
 	}
 	if e.containers[n.Sandbox] == nil {
 		e.seq++
 		e.creates++
-		e.containers[n.Sandbox] = &fakeContainer{id: fmt.Sprintf("c%d", e.seq), name: n.Sandbox, status: "created", ip: provision.SandboxIP(sn)}
+		e.containers[n.Sandbox] = &fakeContainer{id: fmt.Sprintf("c%d", e.seq), name: n.Sandbox, status: StatusStopped, ip: subnet.SandboxIP(sn)}
 	}
 	e.mu.Unlock()
 	return e.Inspect(ctx, n)
@@ -105,19 +106,19 @@ func (e *fakeEngine) byID(id string) *fakeContainer {
 	return nil
 }
 
-func (e *fakeEngine) set(id, from, to, action string) error {
+func (e *fakeEngine) set(id string, from, to Status, kind EventKind) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.byID(id)
 	if c == nil {
 		return fmt.Errorf("no container %s", id)
 	}
-	if from != "" && c.status != from && !(from == "stopped" && (c.status == "created" || c.status == "exited")) {
+	if c.status != from {
 		return fmt.Errorf("container %s is %s, not %s", id, c.status, from)
 	}
 	c.status = to
 	select {
-	case e.events <- provision.Event{Sandbox: c.name, Action: action}:
+	case e.events <- Event{Sandbox: c.name, Kind: kind}:
 	default:
 	}
 	return nil
@@ -125,26 +126,26 @@ func (e *fakeEngine) set(id, from, to, action string) error {
 
 func (e *fakeEngine) Start(ctx context.Context, id string) error {
 	defer e.heavyOp(ctx)()
-	return e.set(id, "stopped", "running", "start")
+	return e.set(id, StatusStopped, StatusRunning, EventStarted)
 }
 func (e *fakeEngine) Pause(ctx context.Context, id string) error {
-	return e.set(id, "running", "paused", "pause")
+	return e.set(id, StatusRunning, StatusPaused, EventPaused)
 }
 func (e *fakeEngine) Unpause(ctx context.Context, id string) error {
-	return e.set(id, "paused", "running", "unpause")
+	return e.set(id, StatusPaused, StatusRunning, EventUnpaused)
 }
 func (e *fakeEngine) Stop(ctx context.Context, id string) error {
-	return e.set(id, "running", "exited", "stop")
+	return e.set(id, StatusRunning, StatusStopped, EventDied)
 }
 
-func (e *fakeEngine) RemoveContainer(ctx context.Context, n provision.Names) error {
+func (e *fakeEngine) RemoveContainer(ctx context.Context, n Names) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.containers, n.Sandbox)
 	return nil
 }
 
-func (e *fakeEngine) EnsureNetwork(ctx context.Context, n provision.Names, sn netip.Prefix) (string, error) {
+func (e *fakeEngine) EnsureNetwork(ctx context.Context, n Names, sn netip.Prefix) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.networks[n.Sandbox] == "" {
@@ -153,45 +154,45 @@ func (e *fakeEngine) EnsureNetwork(ctx context.Context, n provision.Names, sn ne
 	}
 	return e.networks[n.Sandbox], nil
 }
-func (e *fakeEngine) ConnectGateway(ctx context.Context, n provision.Names, id string, sn netip.Prefix) error {
+func (e *fakeEngine) ConnectGateway(ctx context.Context, n Names, id string, sn netip.Prefix) error {
 	return nil
 }
-func (e *fakeEngine) GatewayNetworks(ctx context.Context) (map[string]bool, error) {
+func (e *fakeEngine) GatewaySandboxes(ctx context.Context) (map[string]bool, error) {
 	return map[string]bool{}, nil
 }
-func (e *fakeEngine) EnsureVolumes(ctx context.Context, n provision.Names) error {
+func (e *fakeEngine) EnsureVolumes(ctx context.Context, n Names) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.volumes[n.SessionVolume()], e.volumes[n.WorkspaceVolume()] = true, true
+	e.volumes[n.Sandbox+"/session"], e.volumes[n.Sandbox+"/workspace"] = true, true
 	return nil
 }
-func (e *fakeEngine) RemoveAll(ctx context.Context, n provision.Names) error {
+func (e *fakeEngine) RemoveAll(ctx context.Context, n Names) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.containers, n.Sandbox)
 	delete(e.networks, n.Sandbox)
-	delete(e.volumes, n.SessionVolume())
-	delete(e.volumes, n.WorkspaceVolume())
+	delete(e.volumes, n.Sandbox+"/session")
+	delete(e.volumes, n.Sandbox+"/workspace")
 	return nil
 }
-func (e *fakeEngine) List(ctx context.Context) (provision.Inventory, error) {
+func (e *fakeEngine) List(ctx context.Context) (Inventory, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	inv := provision.Inventory{Containers: map[string][]provision.Container{}, Networks: map[string][]string{}, Volumes: map[string][]string{}}
+	inv := NewInventory()
 	for name, c := range e.containers {
-		inv.Containers[name] = append(inv.Containers[name], provision.Container{ID: c.id, Sandbox: name, Status: c.status})
+		inv.Containers[name] = append(inv.Containers[name], Container{ID: c.id, Sandbox: name, Status: c.status})
 	}
 	for name := range e.networks {
 		inv.Networks[name] = append(inv.Networks[name], name)
 	}
 	return inv, nil
 }
-func (e *fakeEngine) Events(ctx context.Context) (<-chan provision.Event, <-chan error) {
+func (e *fakeEngine) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	return e.events, make(chan error)
 }
 
 // status is a sandbox's container status, "" when it has none.
-func (e *fakeEngine) status(name string) string {
+func (e *fakeEngine) status(name string) Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if c := e.containers[name]; c != nil {
@@ -209,8 +210,7 @@ func (e *fakeEngine) count() int {
 func (e *fakeEngine) hasVolumes(name string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := provision.Names{Stack: "t", Sandbox: name}
-	return e.volumes[n.SessionVolume()] && e.volumes[n.WorkspaceVolume()]
+	return e.volumes[name+"/session"] && e.volumes[name+"/workspace"]
 }
 
 // fakeRegistry is the in-memory registry.
@@ -230,7 +230,7 @@ func newFakeAgents(eng *fakeEngine) *fakeAgents {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
 		for _, c := range eng.containers {
-			if c.ip == ep.Addr() && c.status == "running" {
+			if c.ip == ep.Addr() && c.status == StatusRunning {
 				return ep.Addr().String(), true
 			}
 		}

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/sandboxapi"
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/subnet"
 )
@@ -46,7 +45,7 @@ func (e *QueuedError) Error() string {
 
 // Config is the lifecycle policy.
 type Config struct {
-	Stack      string       // names the engine objects (provision.Names)
+	Stack      string       // names the engine objects (Names)
 	Subnets    netip.Prefix // the pool user subnets are cut from
 	SubnetBits int
 	Tiers      Tiers
@@ -112,6 +111,8 @@ type Manager struct {
 	pool     map[string]*poolBox       // by pool sandbox name
 	resume   map[State][]time.Duration // recent resume times per tier (wake.go)
 	poolKick chan struct{}
+	queued   map[string]bool // users whose sandbox reconcile should look at now
+	kick     chan struct{}   // something was queued
 
 	eventsUp atomic.Bool
 	now      func() time.Time
@@ -125,24 +126,22 @@ type box struct {
 	user  string
 	name  string // the sandbox name the registry records; "" until read
 	state State
-	dirty bool // an engine event arrived; check the engine before trusting state
+	// stale is set when an engine event arrived: the next reconcile asks
+	// the engine before it trusts state.
+	stale bool
 	// verified is set when a bring-up saw the agent answer, bound to this
 	// user; any other change of state clears it. Requests take the fast
 	// path only to a verified sandbox.
 	verified    bool
 	endpoint    netip.AddrPort
 	subnet      netip.Prefix
-	lastActive  time.Time // last activating request: the idle tiers count from it
-	lastRequest time.Time // last request of any kind: no pause within RequestGrace
-	wakeAt      *time.Time
+	lastActive  time.Time  // last activating request: the idle tiers count from it
+	lastRequest time.Time  // last request of any kind: no pause within RequestGrace
+	wakeAt      *time.Time // stored: when the scheduler brings the sandbox back
 	// reported is the agent's own last report of its next due time.
-	reported *time.Time
-	// stopping is set while the manager itself stops or removes the
-	// container, so its "die" event is not taken for a crash.
-	stopping    bool
-	restartedAt time.Time
-	waking      bool
-	flight      *flight // the bring-up in progress, if any
+	reported    *time.Time
+	restartedAt time.Time // the last restart after a death (wake.go)
+	flight      *flight   // the bring-up in progress, if any (a request's, a wake's)
 }
 
 // New returns a Manager. Call Run to start its background loops.
@@ -153,7 +152,7 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 	}
 	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m, base: context.Background(),
 		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
-		poolKick: make(chan struct{}, 1), now: time.Now}
+		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, kick: make(chan struct{}, 1), now: time.Now}
 	mgr.adm = newAdmission(cfg.Admission)
 	mgr.pauser, _ = eng.(Pauser)
 	mgr.nets, _ = eng.(Networks)
@@ -177,8 +176,8 @@ func (m *Manager) box(user string) *box {
 }
 
 // names returns the engine names of a sandbox called name.
-func (m *Manager) names(name string) provision.Names {
-	return provision.Names{Stack: m.cfg.Stack, Sandbox: name}
+func (m *Manager) names(name string) Names {
+	return Names{Stack: m.cfg.Stack, Sandbox: name}
 }
 
 // noteRow records what the registry says of b's sandbox.
@@ -197,7 +196,7 @@ func (m *Manager) pickSubnet(used []netip.Prefix) (netip.Prefix, error) {
 func (m *Manager) setState(b *box, state State, ep netip.AddrPort) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b.state, b.dirty, b.verified = state, false, false
+	b.state, b.stale, b.verified = state, false, false
 	if ep.IsValid() || state != Running {
 		b.endpoint = ep
 	}
@@ -206,29 +205,22 @@ func (m *Manager) setState(b *box, state State, ep netip.AddrPort) {
 // servingLocked reports whether requests may go straight to b's endpoint.
 // Caller holds m.mu.
 func (b *box) servingLocked() bool {
-	return b.state == Running && b.verified && !b.dirty && b.endpoint.IsValid()
-}
-
-// setStopping marks that the manager itself is taking b's container down.
-func (m *Manager) setStopping(b *box, on bool) {
-	m.mu.Lock()
-	b.stopping = on
-	m.mu.Unlock()
+	return b.state == Running && b.verified && !b.stale && b.endpoint.IsValid()
 }
 
 // endpoint is where a sandbox's agent listens: on an engine with
 // networks, the fixed address in its subnet (with the port the engine
 // reports); on another, the address the engine reports once the container
 // runs (a Pod's IP), asking the engine again if c predates the start.
-func (m *Manager) endpoint(ctx context.Context, n provision.Names, sn netip.Prefix, c provision.Container) (netip.AddrPort, error) {
+func (m *Manager) endpoint(ctx context.Context, n Names, sn netip.Prefix, c Container) (netip.AddrPort, error) {
 	if m.nets != nil {
 		port := uint16(8080)
 		if c.Endpoint.IsValid() {
 			port = c.Endpoint.Port()
 		}
-		return netip.AddrPortFrom(provision.SandboxIP(sn), port), nil
+		return netip.AddrPortFrom(subnet.SandboxIP(sn), port), nil
 	}
-	if c.Status == "running" && c.Endpoint.IsValid() {
+	if c.Status == StatusRunning && c.Endpoint.IsValid() {
 		return c.Endpoint, nil
 	}
 	c, err := m.eng.Inspect(ctx, n)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -74,7 +73,7 @@ func (m *Manager) fillPool(ctx context.Context) {
 				if !ok {
 					break
 				}
-				name := provision.NewPoolName()
+				name := NewPoolName()
 				m.mu.Lock()
 				m.pool[name] = &poolBox{name: name, building: true}
 				m.mu.Unlock()

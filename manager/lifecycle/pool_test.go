@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -18,7 +17,7 @@ func TestPoolFillsAndIsClaimed(t *testing.T) {
 	r.eventually("two ready pool sandboxes", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
 	ready := map[string]bool{}
 	for _, p := range mustPool(t, r) {
-		if got := r.eng.status(p.Name); got != "paused" || !provision.IsPoolName(p.Name) {
+		if got := r.eng.status(p.Name); got != "paused" || !IsPoolName(p.Name) {
 			t.Fatalf("pool sandbox %s is %q", p.Name, got)
 		}
 		ready[p.Name] = true

@@ -6,77 +6,12 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/sandboxapi"
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 )
 
-// The engine roles the lifecycle drives. *provision.Docker implements them
-// against a Docker engine, *kube.Engine against a Kubernetes API server;
-// the contract suite (enginetest) runs against both. Every method is
-// idempotent: creating what exists returns it, removing what is gone is not
-// an error.
-//
-// Engine is what every engine does. Pausing and per-sandbox networks are
-// capabilities only some engines have (Pauser, Networks): the lifecycle
-// asks for them, and where an engine lacks one it does without (the first
-// idle tier stops instead of pausing; the engine isolates sandboxes its
-// own way).
-
-// Containers runs sandbox containers. A sandbox's "container" is whatever
-// the engine runs the agent in (a Docker container, a Kubernetes Pod with
-// its NetworkPolicy).
-type Containers interface {
-	// Inspect returns the sandbox's container, or provision.ErrNotFound.
-	// Endpoint is where the agent listens, once the container runs.
-	Inspect(ctx context.Context, n provision.Names) (provision.Container, error)
-	// Create makes the container; it carries no identity (see
-	// Agent.Claim). An engine with Networks puts it at a fixed address in
-	// subnet; others ignore subnet and report the address on Inspect.
-	Create(ctx context.Context, n provision.Names, subnet netip.Prefix) (provision.Container, error)
-	// Start runs a created or exited container.
-	Start(ctx context.Context, id string) error
-	// Stop stops it; its volumes stay.
-	Stop(ctx context.Context, id string) error
-	RemoveContainer(ctx context.Context, n provision.Names) error
-}
-
-// Pauser is the capability to freeze a running container and thaw it.
-type Pauser interface {
-	Pause(ctx context.Context, id string) error
-	Unpause(ctx context.Context, id string) error
-}
-
-// Networks is the capability of engines that give each sandbox its own
-// network, joined by the gateway, with the agent at a fixed address in the
-// sandbox's subnet (provision.SandboxIP).
-type Networks interface {
-	EnsureNetwork(ctx context.Context, n provision.Names, subnet netip.Prefix) (id string, err error)
-	ConnectGateway(ctx context.Context, n provision.Names, networkID string, subnet netip.Prefix) error
-	// GatewayNetworks names the networks the gateway is on now.
-	GatewayNetworks(ctx context.Context) (map[string]bool, error)
-}
-
-// Volumes holds a sandbox's two volumes.
-type Volumes interface {
-	EnsureVolumes(ctx context.Context, n provision.Names) error
-	// RemoveAll removes container, network and volumes (a reset).
-	RemoveAll(ctx context.Context, n provision.Names) error
-}
-
-// Watcher lists the stack's objects and follows their events.
-type Watcher interface {
-	List(ctx context.Context) (provision.Inventory, error)
-	Events(ctx context.Context) (<-chan provision.Event, <-chan error)
-}
-
-// Engine is every role all engines have.
-type Engine interface {
-	Containers
-	Volumes
-	Watcher
-}
-
-// The registry roles. *registry.Store implements them on Postgres.
+// The registry and agent roles the lifecycle needs. *registry.Store
+// implements the registry's on Postgres, agentclient the agent's over
+// Caddy's control listener.
 
 // Sandboxes are the users' sandbox rows. Reads return registry.ErrNotFound
 // for a user without one.
@@ -134,9 +69,4 @@ type Agent interface {
 	Wake(ctx context.Context, ep netip.AddrPort) error
 }
 
-var (
-	_ Engine   = (*provision.Docker)(nil)
-	_ Pauser   = (*provision.Docker)(nil)
-	_ Networks = (*provision.Docker)(nil)
-	_ Registry = (*registry.Store)(nil)
-)
+var _ Registry = (*registry.Store)(nil)

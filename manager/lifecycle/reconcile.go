@@ -2,150 +2,216 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
+	"math"
 	"net/netip"
-
-	"github.com/affido/affido/manager/provision"
-	"github.com/affido/affido/manager/registry"
+	"time"
 )
 
-// poolStatus is the engine status of a ready pool sandbox: paused, or
-// running on an engine that cannot pause.
-func (m *Manager) poolStatus() string {
-	if m.pauser == nil {
-		return "running"
-	}
-	return "paused"
+// The per-sandbox loop, in the style of controller-runtime: reconcile
+// reads what the manager knows of one sandbox, decide picks the one next
+// step (a pure function of that view, the tiers and the clock), the step
+// runs, and reconcile says when to look again. The scan (every Tick),
+// engine events and stored wake times only queue names for it; requests
+// bring their sandbox up themselves (Resolve) and reconcile leaves a
+// sandbox alone while a bring-up is under way.
+
+// step is what reconcile does next for one sandbox.
+type step int
+
+const (
+	stepNone   step = iota
+	stepLook        // an engine event arrived: read the engine before anything else
+	stepWake        // its stored wake time (less the lead) has come: bring it up, POST /wake
+	stepPause       // the idle tiers, each through goDown
+	stepStop        //
+	stepRemove      //
+)
+
+func (s step) String() string {
+	return [...]string{"none", "look", "wake", "pause", "stop", "remove"}[s]
 }
 
-// Reconcile compares the registry with the labelled engine objects. Users'
-// sandboxes are adopted as they are and the gateway joined to their
-// networks again. Pool sandboxes that are ready (paused, from this image)
-// are adopted; the rest — half built when a manager died, or from an older
-// image — are retired, and pool objects no row names are removed (they
-// never held anyone's data). Other unknown objects are reported, never
-// removed. A sandbox claimed just before a crash is a user's row already:
-// it is adopted, and its agent is bound on the way up.
-func (m *Manager) Reconcile(ctx context.Context) error {
-	inv, err := m.eng.List(ctx)
-	if err != nil {
-		return err
-	}
-	// The pool first: a claim moves a row from the pool to the users', so
-	// one of the two reads sees every sandbox, and none is taken for an
-	// orphan while it is claimed.
-	pools, err := m.reg.PoolSandboxes(ctx)
-	if err != nil {
-		return err
-	}
-	rows, err := m.reg.Sandboxes(ctx)
-	if err != nil {
-		return err
-	}
-	joined := map[string]bool{}
-	if m.nets != nil {
-		if joined, err = m.nets.GatewayNetworks(ctx); err != nil {
-			m.log.Warn("reconcile: cannot list the gateway's networks", "err", err)
-			joined = map[string]bool{}
-		}
-	}
-	known := map[string]bool{}
-	for _, r := range rows {
-		known[r.Name] = true
-		m.adopt(ctx, r, inv, joined)
-	}
-	// The ready pool is what the registry holds now (another manager may
-	// have claimed some), plus what this manager is building.
-	ready := map[string]*poolBox{}
-	var retire []string
-	for _, p := range pools {
-		m.mu.Lock()
-		pb := m.pool[p.Name]
-		building := pb != nil && pb.building
-		m.mu.Unlock()
-		if known[p.Name] || building { // claimed between the two reads (a user's now), or being built
-			known[p.Name] = true
-			continue
-		}
-		known[p.Name] = true
-		cs := inv.Containers[p.Name]
-		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && cs[0].Status == m.poolStatus() {
-			ready[p.Name] = &poolBox{name: p.Name}
-			continue
-		}
-		retire = append(retire, p.Name)
-	}
-	m.mu.Lock()
-	for name, pb := range m.pool {
-		if pb.building {
-			ready[name] = pb
-		}
-	}
-	m.pool = ready
-	m.mu.Unlock()
-	for _, name := range retire {
-		m.retirePool(ctx, name)
-	}
-	unknown := 0
-	for _, name := range inv.Names() {
-		if known[name] {
-			continue
-		}
-		m.mu.Lock()
-		_, building := m.pool[name]
-		m.mu.Unlock()
-		if provision.IsPoolName(name) && !building {
-			if err := m.eng.RemoveAll(ctx, m.names(name)); err != nil {
-				m.log.Warn("reconcile: orphaned pool objects not removed", "sandbox", name, "err", err)
-			}
-			continue
-		}
-		unknown += inv.Count(name)
-	}
-	m.metrics.Unknown.Set(float64(unknown))
-	if unknown > 0 {
-		m.log.Warn("reconcile: labelled objects without a registry row (remove with affido admin reset USER)", "count", unknown)
-	}
-	m.mu.Lock()
-	nready := m.readyPoolLocked()
-	m.mu.Unlock()
-	m.log.Info("reconciled", "sandboxes", len(rows), "pool_ready", nready, "pool_retired", len(retire), "unknown_objects", unknown)
-	m.kickPool()
-	return nil
+// never is "no step is coming".
+const never = time.Duration(math.MaxInt64)
+
+// view is what decide knows of one sandbox.
+type view struct {
+	state        State
+	stale        bool          // an engine event came since the manager last looked
+	bringingUp   bool          // a request's or a wake's bring-up is under way
+	idle         time.Duration // since the last activating request
+	sinceRequest time.Duration // since the last request of any kind
+	hasWake      bool
+	untilWake    time.Duration // until the wake must start (its time less the lead); due at <= 0
 }
 
-// adopt takes one user's row and its container as the engine has it.
-func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv provision.Inventory, joined map[string]bool) {
-	b := m.box(r.UserID)
-	m.noteRow(b, r)
-	n := m.names(r.Name)
-	if m.nets != nil && r.NetworkID != "" && len(inv.Networks[r.Name]) > 0 && !joined[n.Network()] {
-		if err := m.nets.ConnectGateway(ctx, n, r.NetworkID, r.Subnet); err != nil {
-			m.log.Warn("reconcile: gateway not joined", "user", r.UserID, "err", err)
+// decide returns the next step for a sandbox and, when there is none yet,
+// how long until one may be due (never: only a request or an event can
+// change that).
+func decide(v view, t Tiers, grace time.Duration) (step, time.Duration) {
+	if v.bringingUp {
+		return stepNone, never // the bring-up ends in Running; the scan looks again
+	}
+	if v.stale {
+		return stepLook, 0
+	}
+	if v.state.down() && v.hasWake && v.untilWake <= 0 {
+		return stepWake, 0
+	}
+	switch t.Next(v.state, v.idle) {
+	case Pause:
+		if v.sinceRequest < grace {
+			return stepNone, grace - v.sinceRequest
 		}
+		return stepPause, 0
+	case Stop:
+		if v.state == Running && v.sinceRequest < grace {
+			return stepNone, grace - v.sinceRequest
+		}
+		return stepStop, 0
+	case Remove:
+		if v.state == Running && v.sinceRequest < grace {
+			return stepNone, grace - v.sinceRequest
+		}
+		return stepRemove, 0
 	}
-	state, ep := Removed, netip.AddrPort{}
-	if cs := inv.Containers[r.Name]; len(cs) > 0 {
-		state, ep = engineState(cs[0].Status), cs[0].Endpoint
+	after := t.until(v.state, v.idle)
+	if v.state.down() && v.hasWake {
+		after = min(after, v.untilWake)
 	}
-	if m.nets != nil || !ep.IsValid() {
-		ep = netip.AddrPortFrom(provision.SandboxIP(r.Subnet), 8080)
+	return stepNone, after
+}
+
+// viewLocked is b as decide sees it at now. Caller holds m.mu.
+func (m *Manager) viewLocked(b *box, now time.Time) view {
+	v := view{state: b.state, stale: b.stale, bringingUp: b.flight != nil,
+		idle: now.Sub(b.lastActive), sinceRequest: now.Sub(b.lastRequest)}
+	if b.wakeAt != nil {
+		v.hasWake, v.untilWake = true, b.wakeAt.Add(-m.lead(b.state)).Sub(now)
 	}
+	return v
+}
+
+// reconcile takes b's next step, if one is due, and returns how long until
+// it should look again. Steps run in the background under b.op (one at a
+// time per sandbox); a sandbox whose op is taken is looked at next time.
+func (m *Manager) reconcile(ctx context.Context, b *box) time.Duration {
+	now := m.now()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if b.flight != nil { // a bring-up is under way; it knows better
+	if b.name == "" { // never brought up by this manager, nor in the registry
+		m.mu.Unlock()
+		return never
+	}
+	v := m.viewLocked(b, now)
+	s, after := decide(v, m.cfg.Tiers, m.cfg.RequestGrace)
+	if s == stepWake {
+		// The bring-up is the wake's, started here under m.mu, so the
+		// next reconcile sees it and does not wake twice.
+		due := b.wakeAt.UTC()
+		b.lastActive, b.lastRequest = now, now // a wake is activity: a fresh idle period from it
+		f := m.flightLocked(b)
+		m.mu.Unlock()
+		go m.wake(ctx, b, f, due, v.state)
+		return never
+	}
+	m.mu.Unlock()
+	if s == stepNone {
+		return after
+	}
+	if !b.op.TryLock() {
+		return m.cfg.Tick
+	}
+	go func() {
+		defer b.op.Unlock()
+		m.take(ctx, b, s)
+	}()
+	return m.cfg.Tick
+}
+
+// take runs step s on b, and after a look the step the engine's answer
+// calls for. Caller holds b.op.
+func (m *Manager) take(ctx context.Context, b *box, s step) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if s == stepLook {
+		m.refresh(ctx, b)
+		now := m.now()
+		m.mu.Lock()
+		s, _ = decide(m.viewLocked(b, now), m.cfg.Tiers, m.cfg.RequestGrace)
+		m.mu.Unlock()
+	}
+	var err error
+	switch s {
+	case stepPause:
+		_, err = m.goDown(ctx, b, Paused, causeIdle)
+	case stepStop:
+		_, err = m.goDown(ctx, b, Stopped, causeIdle)
+	case stepRemove:
+		_, err = m.goDown(ctx, b, Removed, causeIdle)
+	case stepWake: // after a look; the next reconcile starts it
+		m.queue(b.user)
+	}
+	if err != nil {
+		m.log.Warn("idle tier", "user", b.user, "step", s.String(), "err", err)
+	}
+}
+
+// refresh reads b's state from the engine. Caller holds b.op.
+func (m *Manager) refresh(ctx context.Context, b *box) {
+	m.mu.Lock()
+	name := b.name
+	m.mu.Unlock()
+	c, err := m.eng.Inspect(ctx, m.names(name))
+	state := Unknown
+	switch {
+	case errors.Is(err, ErrNotFound):
+		state = Removed
+	case err == nil:
+		state = engineState(c.Status)
+	default:
 		return
 	}
-	b.subnet, b.wakeAt, b.reported = r.Subnet, r.WakeAt, r.ReportedWakeAt
-	if b.state == Unknown {
-		b.lastActive = r.LastActiveAt
-		if state == Running { // unseen while the manager was away: give it a fresh idle period
-			b.lastActive = m.now()
+	ep := netip.AddrPort{}
+	if state == Running {
+		ep = c.Endpoint
+	}
+	m.setState(b, state, ep)
+}
+
+// queue asks the loop to reconcile user's sandbox now.
+func (m *Manager) queue(user string) {
+	m.mu.Lock()
+	m.queued[user] = true
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileAll reconciles every known sandbox (the periodic scan), or only
+// the queued ones, and returns when the loop should look next.
+func (m *Manager) reconcileAll(ctx context.Context, onlyQueued bool) time.Duration {
+	m.mu.Lock()
+	var boxes []*box
+	if onlyQueued {
+		for user := range m.queued {
+			if b := m.boxes[user]; b != nil {
+				boxes = append(boxes, b)
+			}
+		}
+	} else {
+		boxes = make([]*box, 0, len(m.boxes))
+		for _, b := range m.boxes {
+			boxes = append(boxes, b)
 		}
 	}
-	b.state, b.dirty, b.verified = state, false, false
-	b.endpoint = netip.AddrPort{}
-	if state == Running {
-		b.endpoint = ep
-		b.dirty = true // verify health (and the binding) on first use
+	clear(m.queued)
+	m.mu.Unlock()
+	next := never
+	for _, b := range boxes {
+		next = min(next, m.reconcile(ctx, b))
 	}
+	return next
 }

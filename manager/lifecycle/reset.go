@@ -22,8 +22,11 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 	case !errors.Is(err, registry.ErrNotFound):
 		return err
 	}
-	m.setStopping(b, true)
-	defer m.setStopping(b, false)
+	if err == nil { // store first: the container's death is then not taken for a crash
+		if err := m.store(ctx, b, Removed, nil); err != nil {
+			return err
+		}
+	}
 	if err := m.eng.RemoveAll(ctx, m.names(name)); err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func (m *Manager) flightLocked(b *box) *flight {
 		f.ep, f.err = ep, err
 		b.flight = nil
 		if err != nil && b.state == Provisioning { // it took a slot: look again before counting it
-			b.state, b.dirty = Unknown, true
+			b.state, b.stale = Unknown, true
 		}
 		m.mu.Unlock()
 		close(f.done)

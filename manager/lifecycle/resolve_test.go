@@ -126,7 +126,7 @@ func TestEngineStateIsNotTrustedUnverified(t *testing.T) {
 	ep := r.mustResolve("alice")
 	r.agents.SetOwner(ep, "mallory") // what a swapped container would say
 	r.m.mu.Lock()
-	r.m.boxes["alice"].dirty = true // an engine event
+	r.m.boxes["alice"].stale = true // an engine event
 	r.m.mu.Unlock()
 	b := r.m.box("alice")
 	b.op.Lock()

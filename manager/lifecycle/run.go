@@ -3,41 +3,52 @@ package lifecycle
 import (
 	"context"
 	"time"
-
-	"github.com/affido/affido/manager/provision"
 )
 
-// Run follows the engine's event stream (reconciling on every connect),
-// keeps the warm pool full and runs the idle-tier and wake scans until ctx
-// ends. Bring-ups started by requests run on ctx too.
+// Run follows the engine's event stream (adopting what it finds on every
+// connect), keeps the warm pool full and reconciles every sandbox until
+// ctx ends: all of them every Tick, queued ones at once, and exactly when
+// the earliest next step is due (a tick of a second would make reminders
+// up to a second late). Bring-ups started by requests run on ctx too.
 func (m *Manager) Run(ctx context.Context) {
 	m.mu.Lock()
 	m.base = ctx
 	m.mu.Unlock()
 	go m.followEvents(ctx)
 	go m.fillPool(ctx)
+	next := time.Now()
 	for {
-		// Every tick, and exactly when the next wake must start (a tick of
-		// a second would make reminders up to a second late).
-		wait := m.cfg.Tick
-		if next := m.nextWake(); !next.IsZero() {
-			wait = max(min(wait, time.Until(next)), time.Millisecond)
-		}
+		wait := max(min(m.cfg.Tick, time.Until(next)), time.Millisecond)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-m.kick:
+			t.Stop()
+			if after := m.reconcileAll(ctx, true); after != never {
+				next = earliest(next, time.Now().Add(after))
+			}
 		case <-t.C:
-			m.scan(ctx)
+			next = time.Now().Add(m.cfg.Tick)
+			if after := m.reconcileAll(ctx, false); after != never {
+				next = earliest(next, time.Now().Add(after))
+			}
 		}
 	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 func (m *Manager) followEvents(ctx context.Context) {
 	for ctx.Err() == nil {
 		evs, errc := m.eng.Events(ctx)
-		if err := m.Reconcile(ctx); err != nil {
+		if err := m.Adopt(ctx); err != nil {
 			m.log.Error("reconcile", "err", err)
 		} else {
 			m.eventsUp.Store(true)
@@ -65,34 +76,37 @@ func (m *Manager) followEvents(ctx context.Context) {
 	}
 }
 
-func (m *Manager) onEvent(ctx context.Context, ev provision.Event) {
+// onEvent marks the sandbox an engine event names as stale and queues it:
+// reconcile asks the engine what changed. A death is handled at once
+// (afterDeath). A start without a sandbox is the gateway's: Caddy lost its
+// sandbox networks, so everything is adopted again.
+func (m *Manager) onEvent(ctx context.Context, ev Event) {
 	if ev.Sandbox == "" {
-		if ev.Action == "start" { // Caddy restarted: it lost its sandbox networks
+		if ev.Kind == EventStarted {
 			go func() {
-				if err := m.Reconcile(ctx); err != nil {
-					m.log.Error("reconcile after gateway start", "err", err)
+				if err := m.Adopt(ctx); err != nil {
+					m.log.Error("adopt after gateway start", "err", err)
 				}
 			}()
 		}
 		return
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	b := m.boxes[m.byName[ev.Sandbox]]
 	if b == nil {
+		m.mu.Unlock()
 		return // a pool sandbox, or one not seen yet
 	}
-	switch ev.Action {
-	case "pause", "unpause", "start", "die", "stop", "kill", "oom", "destroy", "restart":
-		b.dirty = true
-	}
-	switch ev.Action {
-	case "pause":
+	b.stale = true
+	switch ev.Kind {
+	case EventPaused:
 		b.state = Paused
-	case "die":
+	case EventDied:
 		b.state = Stopped
 		go m.afterDeath(ctx, b)
-	case "destroy":
+	case EventRemoved:
 		b.state = Removed
 	}
+	m.mu.Unlock()
+	m.queue(b.user)
 }

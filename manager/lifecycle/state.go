@@ -11,6 +11,9 @@ import "github.com/affido/affido/manager/registry"
 // Pausing is the short step in which the manager has asked the agent to go
 // idle and not yet frozen it: requests wait for the outcome rather than
 // reach a container that is about to stop answering.
+//
+// This file is the one place where the core's states meet the engine's
+// Status and the registry's stored words.
 type State string
 
 const (
@@ -27,6 +30,9 @@ const (
 // counts reports whether a sandbox in s takes a running slot.
 func (s State) counts() bool { return s == Running || s == Pausing || s == Provisioning }
 
+// down reports whether s is one of the tiers a sandbox sleeps in.
+func (s State) down() bool { return s == Paused || s == Stopped || s == Removed }
+
 // stored is the registry's word for s.
 func (s State) stored() string {
 	switch s {
@@ -42,15 +48,33 @@ func (s State) stored() string {
 	return registry.StateProvisioning
 }
 
-// engineState maps a container status to a State.
-func engineState(status string) State {
-	switch status {
-	case "running":
+// storedState is the State of a registry word.
+func storedState(word string) State {
+	switch word {
+	case registry.StateRunning:
 		return Running
-	case "paused":
+	case registry.StatePaused:
 		return Paused
-	case "created", "exited", "dead":
+	case registry.StateStopped:
 		return Stopped
+	case registry.StateRemoved:
+		return Removed
+	case registry.StateProvisioning:
+		return Provisioning
 	}
 	return Unknown
+}
+
+// engineState is the State of a container the engine reports (a missing
+// container is Removed; see Inspect's ErrNotFound).
+func engineState(s Status) State {
+	switch s {
+	case StatusRunning:
+		return Running
+	case StatusPaused:
+		return Paused
+	case StatusStopped:
+		return Stopped
+	}
+	return Unknown // look again
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/affido/affido/manager/registry"
 )
 
-// Status is one sandbox as the admin command shows it. A pool sandbox has
+// Sandbox is one sandbox as the admin command shows it. A pool sandbox has
 // no user.
-type Status struct {
+type Sandbox struct {
 	User       string     `json:"user,omitempty"`
 	Name       string     `json:"name"`
 	State      State      `json:"state"`
@@ -21,7 +21,7 @@ type Status struct {
 
 // Sandboxes lists the registry's sandboxes with the manager's live state,
 // then the warm pool's.
-func (m *Manager) Sandboxes(ctx context.Context) ([]Status, error) {
+func (m *Manager) Sandboxes(ctx context.Context) ([]Sandbox, error) {
 	rows, err := m.reg.Sandboxes(ctx)
 	if err != nil {
 		return nil, err
@@ -30,18 +30,18 @@ func (m *Manager) Sandboxes(ctx context.Context) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Status, 0, len(rows)+len(pools))
+	out := make([]Sandbox, 0, len(rows)+len(pools))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range rows {
-		s := Status{User: r.UserID, Name: r.Name, State: State(r.State), Endpoint: r.Endpoint, Subnet: r.Subnet.String(), LastActive: r.LastActiveAt, WakeAt: r.WakeAt}
+		s := Sandbox{User: r.UserID, Name: r.Name, State: storedState(r.State), Endpoint: r.Endpoint, Subnet: r.Subnet.String(), LastActive: r.LastActiveAt, WakeAt: r.WakeAt}
 		if b := m.boxes[r.UserID]; b != nil && b.state != Unknown {
 			s.State, s.LastActive = b.state, b.lastActive
 		}
 		out = append(out, s)
 	}
 	for _, p := range pools {
-		s := Status{Name: p.Name, State: Pool, Subnet: p.Subnet.String()}
+		s := Sandbox{Name: p.Name, State: Pool, Subnet: p.Subnet.String()}
 		if p.State != registry.PoolReady {
 			s.State = Provisioning
 		}

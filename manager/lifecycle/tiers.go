@@ -51,3 +51,24 @@ func (t Tiers) Next(state State, idle time.Duration) Action {
 	}
 	return Keep
 }
+
+// until is how long a sandbox in state, idle for idle, has before Next
+// asks for something; never when no tier lies ahead.
+func (t Tiers) until(state State, idle time.Duration) time.Duration {
+	var ahead []time.Duration
+	switch state {
+	case Running:
+		ahead = []time.Duration{t.Pause, t.Stop, t.Remove}
+	case Paused:
+		ahead = []time.Duration{t.Stop, t.Remove}
+	case Stopped:
+		ahead = []time.Duration{t.Remove}
+	}
+	out := never
+	for _, d := range ahead {
+		if d > 0 && d > idle {
+			out = min(out, d-idle)
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"net/netip"
 	"sort"
 	"time"
 
@@ -23,25 +24,20 @@ func (m *Manager) ReportWake(ctx context.Context, user string, at *time.Time) er
 	return nil
 }
 
-// wake brings a sleeping sandbox up at its stored deadline and tells the
-// agent to run its due work.
-func (m *Manager) wake(ctx context.Context, b *box, due time.Time, tier State) {
-	m.mu.Lock()
-	if b.waking {
-		m.mu.Unlock()
-		return
-	}
-	b.waking = true
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		b.waking = false
-		m.mu.Unlock()
-	}()
+// wake waits for the bring-up reconcile started for a sandbox whose stored
+// wake time came (f), then tells the agent to run its due work.
+func (m *Manager) wake(ctx context.Context, b *box, f *flight, due time.Time, tier State) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
 	defer cancel()
 	begin := time.Now()
-	ep, err := m.up(ctx, b)
+	var ep netip.AddrPort
+	var err error
+	select {
+	case <-f.done:
+		ep, err = f.ep, f.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil {
 		m.log.Warn("wake: sandbox did not come up", "user", b.user, "err", err)
 		return
@@ -97,24 +93,6 @@ var defaultLead = map[State]time.Duration{
 	Removed: time.Second,
 }
 
-// nextWake returns when the scan must run next to start the earliest
-// wake on time (zero: no wake is stored).
-func (m *Manager) nextWake() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var next time.Time
-	for _, b := range m.boxes {
-		if b.wakeAt == nil || b.state.counts() {
-			continue
-		}
-		at := b.wakeAt.Add(-m.lead(b.state))
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
-	}
-	return next
-}
-
 // restartBackoff is how long the manager waits before starting a sandbox
 // that died with work in flight; it does so once per crashWindow.
 const (
@@ -128,22 +106,20 @@ const (
 // again once, after a backoff, and the event is recorded.
 func (m *Manager) afterDeath(ctx context.Context, b *box) {
 	m.mu.Lock()
-	reported, stopping := b.reported, b.stopping
+	reported := b.reported
 	restartedRecently := !b.restartedAt.IsZero() && m.now().Sub(b.restartedAt) < crashWindow
 	m.mu.Unlock()
-	if stopping || reported == nil {
+	if reported == nil {
 		return
 	}
-	// Store first, then stop: a container the manager took down has its
-	// new state in the registry already (or no row, after a reset).
+	// Store first, then act (goDown): a container the manager took down
+	// has its new state in the registry already (or no row, after a
+	// reset), so only a death leaves the row running.
 	if row, err := m.reg.Sandbox(ctx, b.user); err != nil || row.State != registry.StateRunning {
 		return
 	}
 	if reported.After(m.now()) {
-		m.mu.Lock()
-		b.wakeAt = reported
-		m.mu.Unlock()
-		if err := m.storeWake(ctx, b, reported); err != nil {
+		if err := m.store(ctx, b, Stopped, reported); err != nil {
 			m.log.Warn("died sandbox: wake time not stored", "user", b.user, "err", err)
 		}
 		m.audit(b.user, "sandbox.died", wakeDetail(reported))
@@ -178,14 +154,4 @@ func (m *Manager) afterDeath(ctx context.Context, b *box) {
 		m.mu.Unlock()
 		m.audit(b.user, "sandbox.restarted", map[string]any{"reason": "died with work in flight"})
 	}()
-}
-
-// storeWake records wakeAt in the registry row without changing its state.
-func (m *Manager) storeWake(ctx context.Context, b *box, wakeAt *time.Time) error {
-	row, err := m.reg.Sandbox(ctx, b.user)
-	if err != nil {
-		return err
-	}
-	row.WakeAt = wakeAt
-	return m.reg.UpdateSandbox(ctx, row)
 }

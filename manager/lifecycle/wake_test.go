@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"testing"
@@ -35,30 +36,31 @@ func TestWakeLeadFollowsMeasuredResumes(t *testing.T) {
 	}
 }
 
-// The scan must run when the earliest sleeping sandbox's wake, less its
-// tier's lead, comes; running sandboxes and ones without a wake time do
-// not count.
-func TestNextWakeIsTheEarliestLeadAdjustedDeadline(t *testing.T) {
+// The loop must look again when the earliest sleeping sandbox's wake,
+// less its tier's lead, comes; running sandboxes and ones without a wake
+// time do not count.
+func TestNextLookIsTheEarliestLeadAdjustedDeadline(t *testing.T) {
 	m := newTestManager()
 	now := time.Now()
+	m.now = func() time.Time { return now }
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
 	m.noteResume(Removed, 400*time.Millisecond)
 	m.mu.Lock()
 	m.boxes = map[string]*box{
-		"a": {user: "a", state: Paused, wakeAt: at(10 * time.Second)},
-		"b": {user: "b", state: Removed, wakeAt: at(10*time.Second + 300*time.Millisecond)},
-		"c": {user: "c", state: Running, wakeAt: at(time.Second)},
-		"d": {user: "d", state: Stopped},
+		"a": {user: "a", name: "a", state: Paused, wakeAt: at(10 * time.Second)},
+		"b": {user: "b", name: "b", state: Removed, wakeAt: at(10*time.Second + 300*time.Millisecond)},
+		"c": {user: "c", name: "c", state: Running, wakeAt: at(time.Second)},
+		"d": {user: "d", name: "d", state: Stopped},
 	}
 	m.mu.Unlock()
-	want := now.Add(10*time.Second + 300*time.Millisecond - 450*time.Millisecond) // b, led by 400+50 ms
-	if got := m.nextWake(); !got.Equal(want) {
-		t.Fatalf("next wake %v, want %v", got.Sub(now), want.Sub(now))
+	want := 10*time.Second + 300*time.Millisecond - 450*time.Millisecond // b, led by 400+50 ms
+	if got := m.reconcileAll(context.Background(), false); got != want {
+		t.Fatalf("next look in %v, want %v", got, want)
 	}
 	m.mu.Lock()
-	m.boxes = map[string]*box{"d": {user: "d", state: Stopped}}
+	m.boxes = map[string]*box{"d": {user: "d", name: "d", state: Stopped}}
 	m.mu.Unlock()
-	if got := m.nextWake(); !got.IsZero() {
-		t.Fatalf("no wake stored, next %v", got)
+	if got := m.reconcileAll(context.Background(), false); got != never {
+		t.Fatalf("no wake stored and no tiers, next look in %v", got)
 	}
 }

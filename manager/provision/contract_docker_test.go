@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/lifecycle/enginetest"
 	"github.com/affido/affido/manager/provision"
 )
@@ -69,8 +70,8 @@ func TestContractDocker(t *testing.T) {
 				return "", false
 			}
 			for name := range inv.Containers {
-				c, err := d.Inspect(ctx, provision.Names{Stack: stack, Sandbox: name})
-				if err == nil && c.Running() && c.Endpoint.Addr() == ep.Addr() {
+				c, err := d.Inspect(ctx, lifecycle.Names{Stack: stack, Sandbox: name})
+				if err == nil && c.Status == lifecycle.StatusRunning && c.Endpoint.Addr() == ep.Addr() {
 					return name, true
 				}
 			}
@@ -98,7 +99,7 @@ func removeStack(t *testing.T, d *provision.Docker, stack string) {
 		var failed error
 		if err == nil {
 			for _, name := range inv.Names() {
-				if err := d.RemoveAll(ctx, provision.Names{Stack: stack, Sandbox: name}); err != nil {
+				if err := d.RemoveAll(ctx, lifecycle.Names{Stack: stack, Sandbox: name}); err != nil {
 					failed = fmt.Errorf("remove %s/%s: %w", stack, name, err)
 				}
 			}

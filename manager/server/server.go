@@ -23,7 +23,6 @@ import (
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
 	"github.com/affido/affido/manager/web"
@@ -268,7 +267,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	defer func() { s.observeResolve(result, time.Since(start)) }()
 	q := r.URL.Query()
 	user, path := q.Get("user"), q.Get("path")
-	if !provision.ValidUser(user) {
+	if !lifecycle.ValidUser(user) {
 		result = "bad_request"
 		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 		return

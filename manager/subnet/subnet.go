@@ -65,3 +65,18 @@ func last(p netip.Prefix) netip.Addr {
 	v := toInt(p.Addr()).Int64() | (int64(1)<<(32-p.Bits()) - 1)
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
+
+// SandboxIP is the fixed address of the agent inside its subnet: the bridge
+// takes the first address, the agent the second, the gateway (Caddy) the
+// last (GatewayIP).
+func SandboxIP(subnet netip.Prefix) netip.Addr { return subnet.Masked().Addr().Next().Next() }
+
+// GatewayIP is Caddy's fixed address on a user network: the subnet's last
+// usable address, so it never takes the agent's.
+func GatewayIP(subnet netip.Prefix) netip.Addr {
+	p := subnet.Masked()
+	b := p.Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 2 // broadcast - 1
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

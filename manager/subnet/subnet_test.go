@@ -65,3 +65,13 @@ func TestCapacityOfDefaultPool(t *testing.T) {
 		t.Fatalf("capacity = %d, want 4096", got)
 	}
 }
+
+func TestAddressesInSubnet(t *testing.T) {
+	sn := netip.MustParsePrefix("10.213.0.16/28")
+	if got := SandboxIP(sn).String(); got != "10.213.0.18" {
+		t.Errorf("SandboxIP = %s", got)
+	}
+	if got := GatewayIP(sn).String(); got != "10.213.0.30" {
+		t.Errorf("GatewayIP = %s", got)
+	}
+}

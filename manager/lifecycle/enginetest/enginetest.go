@@ -23,7 +23,6 @@ import (
 
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/lifecycle/lifecycletest"
-	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -135,12 +134,12 @@ func (s *suite) eventually(what string, cond func() bool) {
 }
 
 // status is the engine's status of sandbox name, "" when it has none.
-func (s *suite) status(name string) string {
+func (s *suite) status(name string) lifecycle.Status {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), s.h.Timeout)
 	defer cancel()
-	c, err := s.h.Engine.Inspect(ctx, provision.Names{Stack: s.h.Stack, Sandbox: name})
-	if errors.Is(err, provision.ErrNotFound) {
+	c, err := s.h.Engine.Inspect(ctx, lifecycle.Names{Stack: s.h.Stack, Sandbox: name})
+	if errors.Is(err, lifecycle.ErrNotFound) {
 		return ""
 	}
 	if err != nil {
@@ -193,7 +192,7 @@ func (s *suite) canPause() bool {
 func (s *suite) firstRequest() {
 	m, _ := s.manager(lifecycle.Config{})
 	ep := s.resolve(m, "alice")
-	if got := s.status("alice"); got != "running" {
+	if got := s.status("alice"); got != lifecycle.StatusRunning {
 		s.t.Fatalf("alice's sandbox is %q, want running", got)
 	}
 	if got := s.agents.Owner(ep); got != "alice" {
@@ -221,9 +220,9 @@ func (s *suite) claimFromPool() {
 	}
 	pools, _ := s.reg.PoolSandboxes(context.Background())
 	name := pools[0].Name
-	want := "running"
+	want := lifecycle.StatusRunning
 	if s.canPause() {
-		want = "paused"
+		want = lifecycle.StatusPaused
 	}
 	if got := s.status(name); got != want {
 		s.t.Fatalf("ready pool sandbox %s is %q, want %q", name, got, want)
@@ -243,10 +242,10 @@ func (s *suite) claimFromPool() {
 // idleDown resolves user on a manager with tiers and waits until the
 // sandbox is in engine status want, volumes kept; then a request brings
 // it back, still bound to user.
-func (s *suite) idleDown(tiers lifecycle.Tiers, want, stored string) {
+func (s *suite) idleDown(tiers lifecycle.Tiers, want lifecycle.Status, stored string) {
 	m, _ := s.manager(lifecycle.Config{Tiers: tiers})
 	ep := s.resolve(m, "alice")
-	s.eventually("alice's sandbox "+want, func() bool { return s.status("alice") == want })
+	s.eventually("alice's sandbox "+string(want), func() bool { return s.status("alice") == want })
 	if !s.volumes("alice") {
 		s.t.Fatal("the idle tier took the volumes")
 	}
@@ -259,17 +258,17 @@ func (s *suite) idleDown(tiers lifecycle.Tiers, want, stored string) {
 
 // stop: the stop tier stops the sandbox; its volumes stay.
 func (s *suite) stop() {
-	s.idleDown(lifecycle.Tiers{Stop: 300 * time.Millisecond}, "exited", registry.StateStopped)
+	s.idleDown(lifecycle.Tiers{Stop: 300 * time.Millisecond}, lifecycle.StatusStopped, registry.StateStopped)
 }
 
 // firstIdleTier: the first idle tier pauses where the engine can pause and
 // stops where it cannot.
 func (s *suite) firstIdleTier() {
 	if s.canPause() {
-		s.idleDown(lifecycle.Tiers{Pause: 300 * time.Millisecond}, "paused", registry.StatePaused)
+		s.idleDown(lifecycle.Tiers{Pause: 300 * time.Millisecond}, lifecycle.StatusPaused, registry.StatePaused)
 		return
 	}
-	s.idleDown(lifecycle.Tiers{Pause: 300 * time.Millisecond}, "exited", registry.StateStopped)
+	s.idleDown(lifecycle.Tiers{Pause: 300 * time.Millisecond}, lifecycle.StatusStopped, registry.StateStopped)
 }
 
 // remove: the remove tier removes the container and keeps the volumes;
@@ -289,7 +288,7 @@ func (s *suite) wakeAtStoredTime() {
 	s.agents.SetDueFor("alice", &due)
 	ep := s.resolve(m, "alice")
 	key, _ := s.h.Locate(ep)
-	s.eventually("alice's sandbox to go down", func() bool { return s.status("alice") != "running" })
+	s.eventually("alice's sandbox to go down", func() bool { return s.status("alice") != lifecycle.StatusRunning })
 	if row := s.row("alice"); row.WakeAt == nil || !row.WakeAt.Equal(due) {
 		s.t.Fatalf("sandbox went down with wake_at %v stored, want %v", row.WakeAt, due)
 	}
@@ -331,7 +330,7 @@ func (s *suite) reconcileAfterRestart() {
 	before := len(s.reg.Audits())
 	stop1()
 	m2, _ := s.manager(lifecycle.Config{})
-	if got := s.status("alice"); got != "running" {
+	if got := s.status("alice"); got != lifecycle.StatusRunning {
 		s.t.Fatalf("after a manager restart alice's sandbox is %q", got)
 	}
 	if again := s.resolve(m2, "alice"); again != ep {

@@ -1,0 +1,124 @@
+package lifecycle
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// Every operation that takes a container away stores the agent's next due
+// time first, so its reminders and jobs still fire. Before the one go-down
+// path, an evict (and so ./dev.sh reload) removed the container and stored
+// nothing: a reminder due 30 s later fired only when its owner came back.
+func TestEvictKeepsTheAgentsNextDueTime(t *testing.T) {
+	r := newRig(t, Config{})
+	r.run()
+	ep := r.mustResolve("alice")
+	due := r.clock.Now().Add(30 * time.Second)
+	r.agents.SetDue(ep, &due)
+	if err := r.m.Evict(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	row, _ := r.reg.Row("alice")
+	if row.State != "removed" || row.WakeAt == nil || !row.WakeAt.Equal(due) {
+		t.Fatalf("after evict: state %s, wake %v; want removed, %v", row.State, row.WakeAt, due)
+	}
+	if r.eng.status("alice") != "" {
+		t.Fatalf("the container is still there: %s", r.eng.status("alice"))
+	}
+	r.clock.Add(30 * time.Second)
+	r.eventually("the wake at the stored time", func() bool { return r.agents.Wakes("") == 1 })
+	if r.eng.status("alice") != StatusRunning {
+		t.Fatalf("woken but %q", r.eng.status("alice"))
+	}
+}
+
+// An evict does not wait for a busy agent (a request in flight, work due):
+// the container goes, and the wake is stored as now, so the work goes on in
+// a new container at once rather than when the owner next comes.
+func TestEvictOfABusyAgentBringsItBackAtOnce(t *testing.T) {
+	r := newRig(t, Config{})
+	r.run()
+	ep := r.mustResolve("alice")
+	r.agents.SetBusy(ep, true)
+	before := r.clock.Now()
+	if err := r.m.Evict(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	row, _ := r.reg.Row("alice")
+	if row.WakeAt == nil || row.WakeAt.Before(before) {
+		t.Fatalf("a busy agent evicted with wake %v, want now", row.WakeAt)
+	}
+	r.eventually("the busy agent's sandbox back and woken", func() bool {
+		return r.agents.Wakes("") == 1 && r.eng.status("alice") == StatusRunning
+	})
+}
+
+// An agent that cannot answer (hung, or frozen behind the manager's back)
+// is evicted with the wake time it last reported.
+func TestEvictOfASilentAgentKeepsItsLastReport(t *testing.T) {
+	r := newRig(t, Config{})
+	r.run()
+	r.mustResolve("alice")
+	due := r.clock.Now().Add(time.Hour)
+	if err := r.m.ReportWake(context.Background(), "alice", &due); err != nil {
+		t.Fatal(err)
+	}
+	r.eng.mu.Lock()
+	id := r.eng.containers["alice"].id
+	r.eng.mu.Unlock()
+	if err := r.eng.Pause(context.Background(), id); err != nil { // not by the manager: no wake stored
+		t.Fatal(err)
+	}
+	if err := r.m.Evict(context.Background(), "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if row, _ := r.reg.Row("alice"); row.WakeAt == nil || !row.WakeAt.Equal(due) {
+		t.Fatalf("wake %v, want the last report %v", row.WakeAt, due)
+	}
+}
+
+// Making room at capacity goes down the same way: the sandbox put to sleep
+// keeps its next due time.
+func TestCapacityKeepsTheAgentsNextDueTime(t *testing.T) {
+	r := newRig(t, Config{MaxRunning: 1})
+	ep := r.mustResolve("a")
+	due := r.clock.Now().Add(time.Hour)
+	r.agents.SetDue(ep, &due)
+	r.clock.Add(time.Second)
+	r.mustResolve("b")
+	row, _ := r.reg.Row("a")
+	if r.state("a") != Paused || row.WakeAt == nil || !row.WakeAt.Equal(due) {
+		t.Fatalf("a is %s with wake %v; want paused, %v", r.state("a"), row.WakeAt, due)
+	}
+}
+
+// Evicting a sandbox with none, or twice, is not an error and writes nothing.
+func TestEvictOfNothing(t *testing.T) {
+	r := newRig(t, Config{})
+	if err := r.m.Evict(context.Background(), "nobody"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.reg.Row("nobody"); ok {
+		t.Fatal("an evict made a row")
+	}
+	r.mustResolve("alice")
+	for i := 0; i < 2; i++ {
+		if err := r.m.Evict(context.Background(), "alice"); err != nil {
+			t.Fatalf("evict %d: %v", i+1, err)
+		}
+	}
+	if n := countAudits(r, "alice sandbox.evicted"); n != 1 {
+		t.Fatalf("%d evicted events, want 1", n)
+	}
+}
+
+func countAudits(r *rig, prefix string) int {
+	n := 0
+	for _, a := range r.reg.Audits() {
+		if len(a) >= len(prefix) && a[:len(prefix)] == prefix {
+			n++
+		}
+	}
+	return n
+}

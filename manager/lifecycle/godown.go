@@ -1,0 +1,203 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"time"
+)
+
+// cause is why a sandbox goes down: it decides whether a busy agent may
+// keep it up, and what the audit log calls the step.
+type cause int
+
+const (
+	// causeIdle: the idle tiers. A busy agent keeps its sandbox up.
+	causeIdle cause = iota
+	// causeCapacity: room for another sandbox. A busy agent keeps its
+	// sandbox up; the request that wanted room looks elsewhere.
+	causeCapacity
+	// causeEvict: an operator (affido admin evict, ./dev.sh reload). The
+	// sandbox goes down even when its agent is busy; work in flight or
+	// due is stored as due now, so the scheduler brings it back at once.
+	causeEvict
+)
+
+func (c cause) String() string { return [...]string{"idle", "capacity", "evict"}[c] }
+
+// goDown takes b's sandbox down to the tier to (Paused, Stopped or
+// Removed), the one way every cause does it:
+//
+//  1. a running sandbox is quiesced: the agent closes its storage and
+//     answers its next due time (or refuses while busy);
+//  2. that time, or for a sandbox already down the one stored, is written
+//     to the registry with the new state;
+//  3. only then the engine acts.
+//
+// A crash between 2 and 3 leaves a stored wake the scheduler keeps; the
+// other order could lose one. Where the engine cannot pause, Paused means
+// Stopped. ok is false when the sandbox stays up. Caller holds b.op.
+func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok bool, err error) {
+	if to == Paused && m.pauser == nil {
+		to = Stopped
+	}
+	m.mu.Lock()
+	look := b.state == Unknown || b.stale
+	m.mu.Unlock()
+	if look {
+		m.refresh(ctx, b)
+	}
+	m.mu.Lock()
+	state, wakeAt, name := b.state, b.wakeAt, b.name
+	m.mu.Unlock()
+	switch {
+	case state == to || state == Removed || (state == Stopped && to == Paused):
+		return true, nil // there already, or deeper
+	case state == Running:
+		if wakeAt, ok, err = m.quiesce(ctx, b, why); !ok || err != nil {
+			return false, err
+		}
+	case wakeAt == nil:
+		m.mu.Lock()
+		wakeAt = b.reported // never stored (a sandbox adopted down): the agent's own last word
+		m.mu.Unlock()
+	}
+
+	c, err := m.eng.Inspect(ctx, m.names(name))
+	if errors.Is(err, ErrNotFound) && to == Removed {
+		err = nil
+	}
+	if err == nil {
+		err = m.store(ctx, b, to, wakeAt)
+	}
+	if err == nil {
+		err = m.engineDown(ctx, c, name, to)
+	}
+	if err != nil {
+		m.mu.Lock()
+		b.state, b.stale = Running, true // ask the engine again before trusting either
+		m.mu.Unlock()
+		return false, err
+	}
+	m.setState(b, to, netip.AddrPort{})
+	if wakeAt != nil {
+		m.queue(b.user) // the loop's next look may now be the wake's
+	}
+	kind := map[State]string{Paused: "sandbox.paused", Stopped: "sandbox.stopped", Removed: "sandbox.removed"}[to]
+	detail := wakeDetail(wakeAt)
+	if why == causeEvict {
+		kind, detail = "sandbox.evicted", map[string]any{"sandbox": name}
+		if wakeAt != nil {
+			detail["wake_at"] = wakeAt.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	m.audit(b.user, kind, detail)
+	return true, nil
+}
+
+// engineDown is step 3 of goDown: the engine's part.
+func (m *Manager) engineDown(ctx context.Context, c Container, name string, to State) error {
+	switch to {
+	case Paused:
+		if c.Status != StatusRunning {
+			return nil
+		}
+		start := time.Now()
+		if err := m.pauser.Pause(ctx, c.ID); err != nil {
+			return err
+		}
+		m.metrics.Pause.Observe(time.Since(start).Seconds())
+	case Stopped:
+		if c.Status == StatusPaused && m.pauser != nil { // a frozen process cannot handle SIGTERM
+			if err := m.pauser.Unpause(ctx, c.ID); err != nil {
+				return err
+			}
+		}
+		if c.Status != StatusStopped {
+			return m.eng.Stop(ctx, c.ID)
+		}
+	case Removed:
+		return m.eng.RemoveContainer(ctx, m.names(name))
+	}
+	return nil
+}
+
+// quiesce readies a running sandbox for going down: unless evicted, it
+// refuses within RequestGrace of any request (one may still be on its way);
+// it marks the box Pausing so new requests wait for the outcome instead of
+// reaching it, and asks the agent for its next due time (askIdle). ok is
+// false when the sandbox must stay up; it is then Running again. Caller
+// holds b.op.
+func (m *Manager) quiesce(ctx context.Context, b *box, why cause) (wakeAt *time.Time, ok bool, err error) {
+	m.mu.Lock()
+	if b.state != Running || (why != causeEvict && m.now().Sub(b.lastRequest) < m.cfg.RequestGrace) {
+		m.mu.Unlock()
+		return nil, false, nil
+	}
+	ep := b.endpoint
+	b.state = Pausing
+	m.mu.Unlock()
+	wakeAt, ok = m.askIdle(ctx, b, ep, why)
+	if !ok {
+		m.mu.Lock()
+		if b.state == Pausing {
+			b.state = Running
+		}
+		m.mu.Unlock()
+		return nil, false, nil
+	}
+	return wakeAt, true, nil
+}
+
+// askIdle asks the agent whether it may go idle and when its next work is
+// due. An agent that does not answer (hung, or no endpoint known) is
+// judged by what it last reported: work due now keeps it up, a later time
+// is taken as its answer. An evicted sandbox goes down whatever the agent
+// says; if it was busy (a request in flight, work due) or silent with
+// work due, its wake is now, so the work goes on in a new container.
+func (m *Manager) askIdle(ctx context.Context, b *box, ep netip.AddrPort, why cause) (*time.Time, bool) {
+	m.mu.Lock()
+	reported, now := b.reported, m.now()
+	m.mu.Unlock()
+	evict := why == causeEvict
+	if !ep.IsValid() {
+		return m.lastWord(b, reported, now, evict, errors.New("no endpoint known"))
+	}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	busy, wakeAt, err := m.agent.PrepareIdle(actx, ep)
+	switch {
+	case err != nil:
+		return m.lastWord(b, reported, now, evict, err)
+	case busy && evict:
+		return &now, true
+	case busy:
+		return nil, false
+	}
+	return wakeAt, true
+}
+
+// lastWord is askIdle's judgement of an agent that did not answer.
+func (m *Manager) lastWord(b *box, reported *time.Time, now time.Time, evict bool, err error) (*time.Time, bool) {
+	if reported != nil && !reported.After(now) && !evict {
+		m.log.Info("agent did not answer /pause and last reported work due; keeping it running", "user", b.user, "err", err)
+		return nil, false
+	}
+	m.log.Info("agent did not answer /pause; using its last reported wake time", "user", b.user, "wake_at", reported, "err", err)
+	return reported, true
+}
+
+// store writes the new state and wake time to the registry before the
+// container changes, so a crash in between cannot lose a wake.
+func (m *Manager) store(ctx context.Context, b *box, state State, wakeAt *time.Time) error {
+	row, err := m.reg.Sandbox(ctx, b.user)
+	if err != nil {
+		return err
+	}
+	row.State, row.WakeAt = state.stored(), wakeAt
+	m.mu.Lock()
+	row.LastActiveAt = b.lastActive
+	b.wakeAt = wakeAt
+	m.mu.Unlock()
+	return m.reg.UpdateSandbox(ctx, row)
+}
