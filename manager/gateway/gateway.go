@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/openai"
 	"github.com/affido/affido/manager/spend"
 )
@@ -73,8 +74,8 @@ const MaxBody = 8 << 20
 
 // Register adds the gateway routes to mux.
 func (h *Handler) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/gateway/chat/completions", h.completions)
-	mux.HandleFunc("GET /v1/gateway/models", h.models)
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.ChatPath, h.completions)
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.ModelsPath, h.models)
 }
 
 func (h *Handler) models(w http.ResponseWriter, r *http.Request) {

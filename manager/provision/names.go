@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 // Labels put on every object the manager creates. A sandbox is known by
@@ -23,22 +25,17 @@ const (
 	LabelUser    = "affido.user"
 )
 
-// poolPrefix starts every warm-pool sandbox name. User ids cannot hold a
-// dot, so a pool name never equals a user's.
+// poolPrefix starts every warm-pool sandbox name. User ids
+// (sandboxapi.ValidUser) cannot hold a dot, so a pool name never equals a
+// user's.
 const poolPrefix = "pool."
-
-// validUser is the user id syntax Caddy's route accepts too.
-var validUser = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // validPool is the syntax of a pool sandbox name.
 var validPool = regexp.MustCompile(`^pool\.[0-9a-f]{16}$`)
 
-// ValidUser reports whether id is a well-formed user id.
-func ValidUser(id string) bool { return validUser.MatchString(id) }
-
 // ValidSandbox reports whether name is a well-formed sandbox name: a user
 // id (a sandbox made for that user) or a pool name.
-func ValidSandbox(name string) bool { return ValidUser(name) || validPool.MatchString(name) }
+func ValidSandbox(name string) bool { return sandboxapi.ValidUser(name) || validPool.MatchString(name) }
 
 // IsPoolName reports whether name was made by NewPoolName.
 func IsPoolName(name string) bool { return strings.HasPrefix(name, poolPrefix) }

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 func TestNamesFor(t *testing.T) {
@@ -30,7 +32,7 @@ func TestPoolNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !n.Pool() || ValidUser(name) {
+	if !n.Pool() || sandboxapi.ValidUser(name) {
 		t.Fatalf("%s: a pool name must not be a user id", name)
 	}
 	if l := n.Labels(); l[LabelPool] != "true" || l[LabelUser] != "" || l[LabelSandbox] != name {
