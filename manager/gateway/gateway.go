@@ -20,6 +20,7 @@ import (
 
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/spend"
 )
 
@@ -34,13 +35,8 @@ type Provider interface {
 	Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error)
 }
 
-// List returns the models the fake serves.
-func (f *Fake) List() []string { return f.Models }
-
-var _ Provider = (*Fake)(nil)
-
-// FakeProvider returns the scripted model as a Provider.
-func FakeProvider(f *Fake) Provider { return f }
+// The scripted model is the provider of the dev stack and the tests.
+var _ Provider = (*scripted.Model)(nil)
 
 // Caller is who is calling: the user whose sandbox presented its token
 // from its own address. status is non-zero when the call is refused.
