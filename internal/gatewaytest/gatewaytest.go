@@ -104,12 +104,8 @@ func (g *Gateway) chat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) models(w http.ResponseWriter, r *http.Request) {
-	var data []map[string]string
-	for _, m := range g.Model.List() {
-		data = append(data, map[string]string{"id": m, "object": "model"})
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	_ = json.NewEncoder(w).Encode(openai.NewModelList(g.Model.List()))
 }
 
 // decode reads the body into v, refusing unknown fields as the manager

@@ -79,12 +79,8 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, status, "authentication_error", "gateway_auth", why)
 		return
 	}
-	var data []map[string]string
-	for _, m := range h.Provider.List() {
-		data = append(data, map[string]string{"id": m, "object": "model"})
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	_ = json.NewEncoder(w).Encode(openai.NewModelList(h.Provider.List()))
 }
 
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
