@@ -3,11 +3,7 @@ package citations_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/affido/affido/internal/openai"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +15,9 @@ import (
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
 	"github.com/affido/affido/agent/modelclient"
-	"github.com/affido/affido/manager/gateway"
+	"github.com/affido/affido/internal/gatewaytest"
+	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/scripted"
 )
 
 var ctx = context.Background()
@@ -37,12 +35,7 @@ func newEnv(t *testing.T, between func()) *env {
 	if _, _, err := c.Ingest("pets.txt", []byte("Cats sleep sixteen hours a day.\r\nDogs dream 🐕 too.\nParrots mimic speech.\n")); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	fake := gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"}))
-	(&gateway.Handler{Caller: func(*http.Request) (string, int, string) { return "u", 0, "" }, Provider: hook{fake, between},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(mux)
-	gw := httptest.NewServer(mux)
-	t.Cleanup(gw.Close)
+	gw := gatewaytest.Start(t, &gatewaytest.Gateway{Model: hook{scripted.NewModel([]string{"fake/echo"}), between}})
 	db, err := sqlite.Open(ctx, filepath.Join(dir, "s.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +44,7 @@ func newEnv(t *testing.T, between func()) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := durable.Open(ctx, st, durable.Options{Model: modelclient.New(gw.URL+"/v1/gateway", func() string { return "t" }), DefaultModel: "fake/echo",
+	h, err := durable.Open(ctx, st, durable.Options{Model: modelclient.New(gw, func() string { return "t" }), DefaultModel: "fake/echo",
 		Tools: []durable.Tool{citations.Tool(c)}, Gate: citations.Gate(c)})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +55,7 @@ func newEnv(t *testing.T, between func()) *env {
 }
 
 type hook struct {
-	gateway.Provider
+	gatewaytest.Model
 	between func()
 }
 
@@ -70,7 +63,7 @@ func (p hook) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatR
 	if p.between != nil && len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
 		p.between()
 	}
-	return p.Provider.Serve(ctx, w, req)
+	return p.Model.Serve(ctx, w, req)
 }
 
 func (e *env) ask(t *testing.T, text string) (durable.Submission, []durable.Entry) {

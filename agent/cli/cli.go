@@ -34,6 +34,7 @@ import (
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
 	"github.com/affido/affido/internal/sandboxapi"
 )
@@ -193,7 +194,7 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	gatewayURL := env(sandboxapi.EnvGatewayURL, "http://gateway:8088")
-	model := modelclient.New(gatewayURL+"/v1/gateway", id.Token)
+	model := modelclient.New(gatewayURL+gatewayapi.Prefix, id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
 	s := server.New(server.Config{
 		Identity:      id,
@@ -230,7 +231,7 @@ func serve(ctx context.Context) error {
 			OnScheduled: (&wakeReporter{report: model.ReportWake, log: log}).scheduled,
 		},
 		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(data, "skills"), Market: skills.HTTPFetcher{
-			BaseURL: gatewayURL + "/v1/gateway/marketplace", Token: id.Token}},
+			BaseURL: gatewayURL + gatewayapi.Prefix + gatewayapi.MarketplacePath, Token: id.Token}},
 		Log: log,
 	})
 	defer s.Close()

@@ -15,8 +15,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sync"
+
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 // FileName is the identity's file in the data directory.
@@ -24,15 +25,13 @@ const FileName = "identity.json"
 
 // ErrClaimedByOther is returned for a claim by another user than the one
 // the sandbox belongs to.
-var ErrClaimedByOther = errors.New("the sandbox belongs to another user")
+var ErrClaimedByOther = sandboxapi.ErrClaimedByOther
 
 // ErrInvalid is returned for a malformed user id or token.
 var ErrInvalid = errors.New("invalid claim")
 
 // MaxToken bounds a token's length in bytes.
 const MaxToken = 512
-
-var validUser = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Store is the sandbox's identity. It is safe for concurrent use.
 type Store struct {
@@ -115,7 +114,7 @@ func (s *Store) Claim(user, token string) error {
 }
 
 func check(user, token string) error {
-	if !validUser.MatchString(user) {
+	if !sandboxapi.ValidUser(user) {
 		return fmt.Errorf("%w: a user id is 1 to 64 letters, digits, _ or -", ErrInvalid)
 	}
 	if token == "" || len(token) > MaxToken {

@@ -67,7 +67,7 @@ func (c *Client) Stream(ctx context.Context, req durable.ModelRequest, onDelta f
 	if err != nil {
 		return durable.ModelResponse{}, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/chat/completions", bytes.NewReader(b))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+gatewayapi.ChatPath, bytes.NewReader(b))
 	if err != nil {
 		return durable.ModelResponse{}, err
 	}
@@ -188,7 +188,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 		return m, nil
 	}
 	c.mu.Unlock()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+gatewayapi.ModelsPath, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +201,7 @@ func (c *Client) Models(ctx context.Context) ([]string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("list models: %s", resp.Status)
 	}
-	var body struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
+	var body openai.ModelList
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
@@ -227,13 +223,13 @@ func (c *Client) ReportWake(ctx context.Context, at time.Time) error {
 	if !at.IsZero() {
 		v = &at
 	}
-	return c.post(ctx, "/wake-at", "report wake", map[string]any{"at": v})
+	return c.post(ctx, gatewayapi.WakeAtPath, "report wake", gatewayapi.WakeAt{At: v})
 }
 
 // Notify hands a notification to the manager through the gateway. key makes
 // repeated hand-offs of the same notification one delivery.
 func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) error {
-	return c.post(ctx, "/notify", "notify", map[string]any{"key": key, "text": text, "due_at": due})
+	return c.post(ctx, gatewayapi.NotifyPath, "notify", gatewayapi.Notification{Key: key, Text: text, DueAt: &due})
 }
 
 // Fetch asks the gateway to fetch a URL (fetch_url): the manager fetches

@@ -3,8 +3,6 @@ package modelclient_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -12,21 +10,20 @@ import (
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/internal/gatewayapi"
+	"github.com/affido/affido/internal/gatewaytest"
 	"github.com/affido/affido/internal/openai"
-	"github.com/affido/affido/manager/gateway"
-	"github.com/affido/affido/manager/spend"
 )
 
 // A call the gateway refuses for spend is not retried: the client returns
 // a StopError with the reason spend_limit.
 func TestSpendLimitIsAStopNotARetry(t *testing.T) {
-	mux := http.NewServeMux()
-	(&gateway.Handler{Caller: func(*http.Request) (string, int, string) { return "u", 0, "" },
-		Provider: gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Prices: map[string]spend.Price{"fake/echo": {Input: 1, Output: 2}}, Ledger: &spend.Memory{}, Limits: spend.Limits{}}).Register(mux)
-	srv := httptest.NewServer(mux)
+	// The gateway's refusal past a spend limit.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, http.StatusPaymentRequired, "insufficient_quota", openai.CodeSpendLimit, "the daily spend limit is reached")
+	}))
 	defer srv.Close()
-	_, err := modelclient.New(srv.URL+"/v1/gateway", func() string { return "t" }).Stream(context.Background(),
+	_, err := modelclient.New(srv.URL+gatewayapi.Prefix, func() string { return "t" }).Stream(context.Background(),
 		durable.ModelRequest{Model: "fake/echo", Messages: []durable.Message{{Role: "user", Content: "hi"}}}, nil)
 	var stop *durable.StopError
 	if !errors.As(err, &stop) || stop.Reason != openai.CodeSpendLimit || durable.IsTransient(err) {
@@ -43,7 +40,7 @@ func TestTokenIsReadAtEachCall(t *testing.T) {
 	}))
 	defer srv.Close()
 	token := "first"
-	c := modelclient.New(srv.URL+"/v1/gateway", func() string { return token })
+	c := modelclient.New(srv.URL+gatewayapi.Prefix, func() string { return token })
 	for _, tok := range []string{"first", "rotated"} {
 		token = tok
 		if err := c.Notify(context.Background(), "k", "text", time.Now()); err != nil {
@@ -52,5 +49,34 @@ func TestTokenIsReadAtEachCall(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != "Bearer first" || got[1] != "Bearer rotated" {
 		t.Fatalf("Authorization headers %q", got)
+	}
+}
+
+// Notifications and wake reports reach the gateway as its contract says
+// (the double decodes them strictly, as the manager does).
+func TestNotifyAndReportWake(t *testing.T) {
+	g := &gatewaytest.Gateway{}
+	c := modelclient.New(gatewaytest.Start(t, g), func() string { return "t" })
+	due := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
+	for range 2 {
+		if err := c.Notify(context.Background(), "reminder-1", "water the plants", due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.Notifications(); len(n) != 1 || n[0].Key != "reminder-1" || n[0].Text != "water the plants" || !n[0].DueAt.Equal(due) {
+		t.Fatalf("notifications %+v", n)
+	}
+	var ge *modelclient.GatewayError
+	if err := c.Notify(context.Background(), "", "no key", due); !errors.As(err, &ge) || ge.Status != 400 {
+		t.Fatalf("a notification without a key: %v", err)
+	}
+	if err := c.ReportWake(context.Background(), due); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReportWake(context.Background(), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if w := g.Wakes(); len(w) != 2 || !w[0].At.Equal(due) || w[1].At != nil {
+		t.Fatalf("wake reports %+v", w)
 	}
 }

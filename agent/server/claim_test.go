@@ -6,7 +6,8 @@ package server_test
 // inside the sandbox, malformed claims, and requests to an unclaimed agent.
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +22,8 @@ import (
 
 	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/server"
+	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
-	"github.com/affido/affido/manager/agentclient"
 )
 
 var control = http.Header{sandboxapi.HeaderControl: {"1"}}
@@ -205,30 +206,54 @@ func TestFileToolsCannotReadTheIdentity(t *testing.T) {
 	}
 }
 
-// The manager's client speaks the agent's contract.
-func TestAgentclientAgainstTheAgent(t *testing.T) {
+// The agent answers the control routes in sandboxapi's types, field for
+// field: this test is the manager's side, spoken with the contract alone
+// (manager/agentclient's tests speak it against a fake agent).
+func TestControlContract(t *testing.T) {
 	a := startAgent(t, t.TempDir(), "")
-	ep := netip.MustParseAddrPort(strings.TrimPrefix(a.http.URL, "http://"))
-	c, ctx := agentclient.New(""), context.Background()
-	if h, err := c.Health(ctx, ep); err != nil || h != (sandboxapi.Health{Status: "ok"}) {
-		t.Fatalf("health unclaimed: %+v %v", h, err)
+	// call decodes a 2xx answer into out, strictly; it returns the status
+	// and, for any other answer, the problem's type.
+	call := func(method, path string, body, out any) (int, string) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest(method, a.http.URL+path, bytes.NewReader(b))
+		req.Header.Set(sandboxapi.HeaderControl, "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var p problem.Problem
+		dec := json.NewDecoder(resp.Body)
+		if resp.StatusCode/100 == 2 {
+			dec.DisallowUnknownFields()
+		} else {
+			out = &p
+		}
+		if err := dec.Decode(out); err != nil {
+			t.Fatalf("%s %s: %d, the answer is not a %T: %v", method, path, resp.StatusCode, out, err)
+		}
+		return resp.StatusCode, p.Type[strings.LastIndex(p.Type, "/")+1:]
 	}
-	if err := c.Claim(ctx, ep, "alice", "tok-alice"); err != nil {
-		t.Fatal(err)
+	var h sandboxapi.Health
+	if code, _ := call("GET", sandboxapi.HealthPath, nil, &h); code != 200 || h != (sandboxapi.Health{Status: "ok"}) {
+		t.Fatalf("health unclaimed: %d %+v", code, h)
 	}
-	if h, err := c.Health(ctx, ep); err != nil || h != (sandboxapi.Health{Status: "ok", Claimed: true, User: "alice"}) {
-		t.Fatalf("health claimed: %+v %v", h, err)
+	if code, _ := call("POST", sandboxapi.ClaimPath, sandboxapi.Claim{User: "alice", Token: "tok-alice"}, &h); code != 200 || h != (sandboxapi.Health{Status: "ok", Claimed: true, User: "alice"}) {
+		t.Fatalf("claim: %d %+v", code, h)
 	}
-	if err := c.Claim(ctx, ep, "bob", "tok-bob"); !errors.Is(err, sandboxapi.ErrClaimedByOther) {
-		t.Fatalf("claim by bob: %v, want ErrClaimedByOther", err)
+	if code, kind := call("POST", sandboxapi.ClaimPath, sandboxapi.Claim{User: "bob", Token: "tok-bob"}, &h); code != 409 || kind != sandboxapi.ProblemClaimedByOther {
+		t.Fatalf("claim by bob: %d %s", code, kind)
 	}
-	if err := c.Claim(ctx, ep, "alice", "bad token"); err == nil || errors.Is(err, sandboxapi.ErrClaimedByOther) {
-		t.Fatalf("malformed claim: %v", err)
+	if code, kind := call("POST", sandboxapi.ClaimPath, sandboxapi.Claim{User: "alice", Token: "bad token"}, &h); code != 400 || kind != sandboxapi.ProblemBadClaim {
+		t.Fatalf("malformed claim: %d %s", code, kind)
 	}
-	if busy, at, err := c.PrepareIdle(ctx, ep); busy || at != nil || err != nil {
-		t.Fatalf("prepare idle: %v %v %v", busy, at, err)
+	var pa sandboxapi.PauseAnswer
+	if code, _ := call("POST", sandboxapi.PausePath+"?"+sandboxapi.IfIdle+"=1", nil, &pa); code != 200 || pa.NextWakeAt != nil {
+		t.Fatalf("pause if idle: %d %+v", code, pa)
 	}
-	if err := c.Wake(ctx, ep); err != nil {
-		t.Fatal(err)
+	var wa sandboxapi.WakeAnswer
+	if code, _ := call("POST", sandboxapi.WakePath, nil, &wa); code != 200 {
+		t.Fatalf("wake: %d %+v", code, wa)
 	}
 }

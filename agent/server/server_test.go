@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/affido/affido/internal/gatewaytest"
 	"github.com/affido/affido/internal/openai"
 	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/internal/scripted"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/identity"
@@ -28,8 +30,6 @@ import (
 	"github.com/affido/affido/agent/server"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
-	"github.com/affido/affido/manager/gateway"
-	"github.com/affido/affido/manager/outbound"
 )
 
 type agent struct {
@@ -48,7 +48,7 @@ type agent struct {
 
 // slowProvider delays answers while a.hold is set, so tests can catch a run in flight.
 type slowProvider struct {
-	gateway.Provider
+	gatewaytest.Model
 	a *agent
 }
 
@@ -63,7 +63,7 @@ func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req open
 		}
 		<-c
 	}
-	return p.Provider.Serve(ctx, w, req)
+	return p.Model.Serve(ctx, w, req)
 }
 
 // signalBody tells the test when a handler starts reading its request body:
@@ -110,22 +110,9 @@ func startAgent(t *testing.T, dir, user string) *agent {
 	a.ws = filepath.Join(a.dir, "workspace")
 	a.db = filepath.Join(a.dir, "data", "session.db")
 	a.id = identityOf(t, a.db, user)
-	mux := http.NewServeMux()
-	(&gateway.Handler{
-		Caller:   func(r *http.Request) (string, int, string) { return "u", 0, "" },
-		Provider: slowProvider{gateway.FakeProvider(gateway.NewFake([]string{"fake/echo", "fake/alt"})), a},
-		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}).Register(mux)
-	// fetch_url may reach loopback here: the tests' pages are served there.
-	(&gateway.Web{
-		Caller: func(r *http.Request) (string, int, string) { return "u", 0, "" },
-		Client: outbound.NewClient(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}),
-		Search: gateway.ScriptedSearch{},
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}).Register(mux)
-	gw := httptest.NewServer(mux)
-	t.Cleanup(gw.Close)
-	model := modelclient.New(gw.URL+"/v1/gateway", a.id.Token)
+	// The gateway's double fetches loopback: the tests' pages are served there.
+	gw := gatewaytest.Start(t, &gatewaytest.Gateway{Model: slowProvider{scripted.NewModel([]string{"fake/echo", "fake/alt"}), a}})
+	model := modelclient.New(gw, a.id.Token)
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
 	builtin := append(tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), tools.WebTools(model)...)
 	builtin = append(append(builtin, reminders.Tools()...), jobs.Tools()...)

@@ -1,15 +1,72 @@
-// Package gatewayapi is the contract of the gateway's web routes, written
-// once for the agent that calls them and the manager that serves them:
-// fetch_url and web_search run in the manager (the sandbox has no egress),
-// called by the agent with its sandbox token.
+// Package gatewayapi is the contract of the gateway, written once for the
+// agent that calls it and the manager that serves it: the model, the
+// notifications and wake reports a sandbox hands the manager, the
+// marketplace, and fetch_url and web_search, which run in the manager (the
+// sandbox has no egress). The agent calls every route with its sandbox
+// token as a bearer token.
 package gatewayapi
 
 import "time"
 
+// Prefix is where the gateway's routes sit on the manager: the agent's
+// base URL is its gateway address followed by Prefix.
+const Prefix = "/v1/gateway"
+
 // Paths under the gateway's base URL (…/v1/gateway).
 const (
-	FetchPath  = "/fetch"
-	SearchPath = "/search"
+	ChatPath        = "/chat/completions" // POST: OpenAI-compatible chat completions (internal/openai)
+	ModelsPath      = "/models"           // GET: the models served, OpenAI's list
+	WhoamiPath      = "/whoami"           // GET: Whoami
+	NotifyPath      = "/notify"           // POST Notification: 202 Queued
+	WakeAtPath      = "/wake-at"          // POST WakeAt: 204
+	MarketplacePath = "/marketplace"      // GET …/index.json and the files below it (package marketplace)
+	FetchPath       = "/fetch"            // POST FetchRequest: Page
+	SearchPath      = "/search"           // POST SearchRequest: SearchResults
+)
+
+// Whoami is the answer of GET WhoamiPath: the user the sandbox's token
+// belongs to.
+type Whoami struct {
+	User string `json:"user"`
+}
+
+// Bounds of a Notification.
+const (
+	MaxNotifyKey  = 200  // bytes
+	MaxNotifyText = 4000 // bytes
+)
+
+// Notification is the body of POST NotifyPath: a message for the owner,
+// delivered by the manager. The same Key twice is one delivery, so the
+// agent may hand it off again after a crash.
+type Notification struct {
+	Key   string     `json:"key"`    // 1 to MaxNotifyKey bytes
+	Text  string     `json:"text"`   // 1 to MaxNotifyText bytes
+	DueAt *time.Time `json:"due_at"` // when it was due
+}
+
+// Valid reports whether n is within its bounds.
+func (n Notification) Valid() bool {
+	return n.Key != "" && len(n.Key) <= MaxNotifyKey && n.Text != "" && len(n.Text) <= MaxNotifyText
+}
+
+// Queued is the answer of POST NotifyPath. Queued is false when the key
+// was already queued.
+type Queued struct {
+	Key    string `json:"key"`
+	Queued bool   `json:"queued"`
+}
+
+// WakeAt is the body of POST WakeAtPath: the agent's next due time, nil
+// when nothing waits on time, so the manager can wake a paused sandbox.
+type WakeAt struct {
+	At *time.Time `json:"at"`
+}
+
+// Problem types of the notify route (RFC 7807 "type" suffixes).
+const (
+	ProblemBadNotification = "bad-notification"        // 400: key or text out of bounds
+	ProblemQueueFull       = "notification-queue-full" // 429 with Retry-After
 )
 
 // Limits of one fetch.

@@ -91,3 +91,24 @@ type ErrorBody struct {
 	Type    string `json:"type,omitempty"`
 	Code    string `json:"code,omitempty"`
 }
+
+// ModelList is the answer of GET …/models.
+type ModelList struct {
+	Data   []ModelEntry `json:"data"`
+	Object string       `json:"object"` // "list"
+}
+
+// ModelEntry is one model of a ModelList.
+type ModelEntry struct {
+	ID     string `json:"id"`
+	Object string `json:"object"` // "model"
+}
+
+// NewModelList lists models as OpenAI does.
+func NewModelList(models []string) ModelList {
+	l := ModelList{Object: "list"}
+	for _, m := range models {
+		l.Data = append(l.Data, ModelEntry{ID: m, Object: "model"})
+	}
+	return l
+}

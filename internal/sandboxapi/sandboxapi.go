@@ -9,8 +9,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"regexp"
 	"time"
 )
+
+// UserPattern is the syntax of a user id. Caddy's /u/<user> route
+// (caddy/Caddyfile) spells it out too; a test holds the two together.
+// User ids never hold a dot, so no user id equals a warm-pool sandbox name.
+const UserPattern = `[A-Za-z0-9_-]{1,64}`
+
+var validUser = regexp.MustCompile(`^` + UserPattern + `$`)
+
+// ValidUser reports whether id is a well-formed user id: the manager
+// accepts no other, and a sandbox is claimed by no other.
+func ValidUser(id string) bool { return validUser.MatchString(id) }
 
 // Environment the manager sets in the agent's container (the agent image
 // sets EnvSessionDB, EnvWorkspace and EnvPrivsep itself as well).

@@ -20,6 +20,7 @@ import (
 
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
+	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/gateway"
@@ -156,7 +157,7 @@ func serve(ctx context.Context) error {
 	}, log, metrics)
 	go mgr.Run(ctx)
 
-	var provider gateway.Provider = gateway.FakeProvider(gateway.NewFake(cfg.FakeModels))
+	var provider gateway.Provider = scripted.NewModel(cfg.FakeModels)
 	if cfg.Provider == "openrouter" {
 		provider = &gateway.OpenRouter{URL: cfg.OpenRouterURL, Key: cfg.OpenRouterKey, Allow: cfg.OpenRouterModels}
 	}

@@ -37,8 +37,8 @@ type Web struct {
 
 // Register adds the web routes to mux.
 func (h *Web) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+"/v1/gateway"+gatewayapi.FetchPath, h.fetch)
-	mux.HandleFunc("POST "+"/v1/gateway"+gatewayapi.SearchPath, h.search)
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.FetchPath, h.fetch)
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.SearchPath, h.search)
 }
 
 func (h *Web) now() time.Time {

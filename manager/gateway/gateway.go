@@ -18,7 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/spend"
 )
 
@@ -33,13 +35,8 @@ type Provider interface {
 	Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error)
 }
 
-// List returns the models the fake serves.
-func (f *Fake) List() []string { return f.Models }
-
-var _ Provider = (*Fake)(nil)
-
-// FakeProvider returns the scripted model as a Provider.
-func FakeProvider(f *Fake) Provider { return f }
+// The scripted model is the provider of the dev stack and the tests.
+var _ Provider = (*scripted.Model)(nil)
 
 // Caller is who is calling: the user whose sandbox presented its token
 // from its own address. status is non-zero when the call is refused.
@@ -73,8 +70,8 @@ const MaxBody = 8 << 20
 
 // Register adds the gateway routes to mux.
 func (h *Handler) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/gateway/chat/completions", h.completions)
-	mux.HandleFunc("GET /v1/gateway/models", h.models)
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.ChatPath, h.completions)
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.ModelsPath, h.models)
 }
 
 func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
@@ -82,12 +79,8 @@ func (h *Handler) models(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, status, "authentication_error", "gateway_auth", why)
 		return
 	}
-	var data []map[string]string
-	for _, m := range h.Provider.List() {
-		data = append(data, map[string]string{"id": m, "object": "model"})
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+	_ = json.NewEncoder(w).Encode(openai.NewModelList(h.Provider.List()))
 }
 
 func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {

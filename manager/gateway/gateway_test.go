@@ -1,29 +1,29 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
-	"errors"
-	"sync/atomic"
-
-	oai "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/shared"
-
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/affido/affido/internal/openai"
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/affido/affido/agent/durable"
-	"github.com/affido/affido/agent/modelclient"
+	"github.com/affido/affido/internal/gatewayapi"
+	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/spend"
 )
@@ -70,27 +70,112 @@ func gatewayServer(t *testing.T, p gateway.Provider, rec *recorder) *httptest.Se
 	return srv
 }
 
-// token is a model client's fixed sandbox token.
-func token(t string) func() string { return func() string { return t } }
+// client stands in for the agent's model client: it streams a chat
+// completion with a sandbox token, as the agent does, and puts the answer
+// together from the chunks.
+type client struct {
+	base, token string
+}
 
-func ask(t *testing.T, c *modelclient.Client, model string, msgs ...durable.Message) (durable.ModelResponse, error) {
+func newClient(srv *httptest.Server, token string) client {
+	return client{base: srv.URL + gatewayapi.Prefix, token: token}
+}
+
+// answer is a streamed completion put together.
+type answer struct {
+	Text, StopReason, Model string
+	ToolCalls               []openai.ChatToolCall
+	Usage                   openai.ChatUsage
+}
+
+// statusError is a refusal: the status and the body.
+type statusError struct {
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("%d: %s", e.status, e.body) }
+
+func ask(t *testing.T, c client, model string, msgs ...openai.ChatMessage) (answer, error) {
 	t.Helper()
-	var deltas []string
-	resp, err := c.Stream(context.Background(), durable.ModelRequest{Model: model, Messages: msgs,
-		Tools: []durable.ToolSpec{{Name: "shell", Parameters: json.RawMessage(`{"type":"object"}`)}}},
-		func(d string) { deltas = append(deltas, d) })
-	if err == nil && resp.Text != strings.Join(deltas, "") {
-		t.Fatalf("deltas %q do not add up to %q", deltas, resp.Text)
+	req := openai.ChatRequest{Model: model, Messages: msgs, Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
+	tool := openai.ChatTool{Type: "function"}
+	tool.Function.Name, tool.Function.Parameters = "shell", json.RawMessage(`{"type":"object"}`)
+	req.Tools = append(req.Tools, tool)
+	b, _ := json.Marshal(req)
+	hr, _ := http.NewRequest("POST", c.base+gatewayapi.ChatPath, bytes.NewReader(b))
+	hr.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return resp, err
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		body, _ := io.ReadAll(resp.Body)
+		return answer{}, &statusError{resp.StatusCode, string(body)}
+	}
+	var a answer
+	done := false
+	calls := map[int]*openai.ChatToolCall{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			break
+		}
+		var ch openai.ChatChunk
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			t.Fatalf("chunk %s: %v", data, err)
+		}
+		a.Model = ch.Model
+		if ch.Usage != nil {
+			a.Usage = *ch.Usage
+		}
+		for _, c := range ch.Choices {
+			a.Text += c.Delta.Content
+			if c.FinishReason != nil {
+				a.StopReason = *c.FinishReason
+			}
+			for _, tc := range c.Delta.ToolCalls {
+				if calls[tc.Index] == nil {
+					calls[tc.Index] = &openai.ChatToolCall{Index: tc.Index}
+					a.ToolCalls = append(a.ToolCalls, openai.ChatToolCall{})
+				}
+				cur := calls[tc.Index]
+				cur.ID += tc.ID
+				cur.Function.Name += tc.Function.Name
+				cur.Function.Arguments += tc.Function.Arguments
+			}
+		}
+	}
+	for i := range a.ToolCalls {
+		a.ToolCalls[i] = *calls[i]
+	}
+	if !done {
+		t.Fatalf("the stream ended without [DONE]: %+v", a)
+	}
+	return a, nil
+}
+
+// status is the refusal's status, 0 for none.
+func status(err error) int {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.status
+	}
+	return 0
 }
 
 func TestFakeRulesOverTheWire(t *testing.T) {
 	rec := &recorder{}
-	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo", "fake/alt"})), rec)
-	c := modelclient.New(srv.URL+"/v1/gateway", token("sb-token"))
-	user := func(s string) durable.Message {
-		return durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] " + s}
+	srv := gatewayServer(t, scripted.NewModel([]string{"fake/echo", "fake/alt"}), rec)
+	c := newClient(srv, "sb-token")
+	user := func(s string) openai.ChatMessage {
+		return openai.ChatMessage{Role: "user", Content: "[2026-11-29 15:00 UTC] " + s}
 	}
 
 	tests := []struct {
@@ -120,7 +205,7 @@ func TestFakeRulesOverTheWire(t *testing.T) {
 			}
 			continue
 		}
-		if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Name != tt.wantTool || string(resp.ToolCalls[0].Arguments) != tt.wantArgs || resp.ToolCalls[0].ID == "" {
+		if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].Function.Name != tt.wantTool || resp.ToolCalls[0].Function.Arguments != tt.wantArgs || resp.ToolCalls[0].ID == "" {
 			t.Errorf("%q: tool calls %+v", tt.in, resp.ToolCalls)
 		}
 		if resp.StopReason != "tool_calls" {
@@ -128,10 +213,12 @@ func TestFakeRulesOverTheWire(t *testing.T) {
 		}
 	}
 	// After a tool result, the fake reports it.
+	call := openai.ChatToolCall{ID: "c1", Type: "function"}
+	call.Function.Name, call.Function.Arguments = "shell", `{}`
 	resp, err := ask(t, c, "fake/alt", user("run: echo hi"),
-		durable.Message{Role: "assistant", ToolCalls: []durable.ToolCall{{ID: "c1", Name: "shell", Arguments: json.RawMessage(`{}`)}}},
-		durable.Message{Role: "tool", ToolCallID: "c1", Content: "hi\n"})
-	if err != nil || resp.Text != "shell returned:\nhi\n" || resp.Model != "fake/alt" || resp.Usage.InputTokens == 0 {
+		openai.ChatMessage{Role: "assistant", ToolCalls: []openai.ChatToolCall{call}},
+		openai.ChatMessage{Role: "tool", ToolCallID: "c1", Content: "hi\n"})
+	if err != nil || resp.Text != "shell returned:\nhi\n" || resp.Model != "fake/alt" || resp.Usage.PromptTokens == 0 {
 		t.Fatalf("after tool: %+v %v", resp, err)
 	}
 	if calls := rec.waitCalls(len(tests) + 1); len(calls) != len(tests)+1 || calls[0] != "u1 fake/echo" {
@@ -140,16 +227,16 @@ func TestFakeRulesOverTheWire(t *testing.T) {
 }
 
 func TestBadCallsAreRefused(t *testing.T) {
-	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
-	_, err := ask(t, modelclient.New(srv.URL+"/v1/gateway", token("sb-token")), "fake/nope", durable.Message{Role: "user", Content: "x"})
-	if err == nil || durable.IsTransient(err) || !strings.Contains(err.Error(), "400") {
+	srv := gatewayServer(t, scripted.NewModel([]string{"fake/echo"}), &recorder{})
+	_, err := ask(t, newClient(srv, "sb-token"), "fake/nope", openai.ChatMessage{Role: "user", Content: "x"})
+	if status(err) != 400 {
 		t.Fatalf("unknown model: %v", err)
 	}
-	_, err = ask(t, modelclient.New(srv.URL+"/v1/gateway", token("stolen")), "fake/echo", durable.Message{Role: "user", Content: "x"})
-	if err == nil || !strings.Contains(err.Error(), "401") {
+	_, err = ask(t, newClient(srv, "stolen"), "fake/echo", openai.ChatMessage{Role: "user", Content: "x"})
+	if status(err) != 401 {
 		t.Fatalf("bad token: %v", err)
 	}
-	resp, err := http.Post(srv.URL+"/v1/gateway/chat/completions", "application/json", strings.NewReader("{not json"))
+	resp, err := http.Post(srv.URL+gatewayapi.Prefix+gatewayapi.ChatPath, "application/json", strings.NewReader("{not json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +253,7 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 	var mu sync.Mutex
 	var seen []http.Header
 	var bodies []string
-	fake := gateway.NewFake([]string{"vendor/model"})
+	fake := scripted.NewModel([]string{"vendor/model"})
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
@@ -184,8 +271,7 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 	defer upstream.Close()
 	rec := &recorder{}
 	srv := gatewayServer(t, &gateway.OpenRouter{URL: upstream.URL + "/api/v1", Key: "sk-or-secret"}, rec)
-	c := modelclient.New(srv.URL+"/v1/gateway", token("sb-token"))
-	resp, err := ask(t, c, "vendor/model", durable.Message{Role: "user", Content: "ping"})
+	resp, err := ask(t, newClient(srv, "sb-token"), "vendor/model", openai.ChatMessage{Role: "user", Content: "ping"})
 	if err != nil || resp.Text != "echo: ping" {
 		t.Fatalf("%+v %v", resp, err)
 	}
@@ -209,7 +295,7 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 	}
 	// Nothing the sandbox can receive carries the key: not the answer, not an error.
 	for _, model := range []string{"vendor/model", "not a model"} {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/chat/completions", strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"x"}],"stream":true}`))
+		req, _ := http.NewRequest("POST", srv.URL+gatewayapi.Prefix+gatewayapi.ChatPath, strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"x"}],"stream":true}`))
 		req.Header.Set("Authorization", "Bearer sb-token")
 		r, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -224,12 +310,12 @@ func TestOpenRouterAddsKeyUpstream(t *testing.T) {
 }
 
 func TestFlakyRuleFailsThenAnswers(t *testing.T) {
-	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
-	c := modelclient.New(srv.URL+"/v1/gateway", token("sb-token"))
-	msg := durable.Message{Role: "user", Content: "[2026-11-29 15:00 UTC] flaky 2: hello"}
+	srv := gatewayServer(t, scripted.NewModel([]string{"fake/echo"}), &recorder{})
+	c := newClient(srv, "sb-token")
+	msg := openai.ChatMessage{Role: "user", Content: "[2026-11-29 15:00 UTC] flaky 2: hello"}
 	for i := range 2 {
-		if _, err := ask(t, c, "fake/echo", msg); err == nil || !durable.IsTransient(err) {
-			t.Fatalf("call %d: %v, want a transient error", i+1, err)
+		if _, err := ask(t, c, "fake/echo", msg); status(err) != 503 {
+			t.Fatalf("call %d: %v, want 503 (which the agent retries)", i+1, err)
 		}
 	}
 	if resp, err := ask(t, c, "fake/echo", msg); err != nil || resp.Text != "echo: flaky 2: hello" {
@@ -243,7 +329,7 @@ func TestFlakyRuleFailsThenAnswers(t *testing.T) {
 func TestGatewayForwardsOnlyWhatItValidated(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []string
-	fake := gateway.NewFake([]string{"vendor/model"})
+	fake := scripted.NewModel([]string{"vendor/model"})
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
@@ -256,7 +342,7 @@ func TestGatewayForwardsOnlyWhatItValidated(t *testing.T) {
 	defer upstream.Close()
 	srv := gatewayServer(t, &gateway.OpenRouter{URL: upstream.URL, Key: "k", Allow: []string{"vendor/model"}}, &recorder{})
 	post := func(body string) (int, openai.ErrorEnvelope) {
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/chat/completions", strings.NewReader(body))
+		req, _ := http.NewRequest("POST", srv.URL+gatewayapi.Prefix+gatewayapi.ChatPath, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer sb-token")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -306,8 +392,8 @@ func TestGatewayForwardsOnlyWhatItValidated(t *testing.T) {
 // plain, streamed and tool-calling completions, and a refused model shows
 // its message (the OpenAI error envelope).
 func TestOpenAISDKAgainstTheGateway(t *testing.T) {
-	srv := gatewayServer(t, gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), &recorder{})
-	c := oai.NewClient(option.WithBaseURL(srv.URL+"/v1/gateway/"), option.WithAPIKey("sb-token"), option.WithMaxRetries(0),
+	srv := gatewayServer(t, scripted.NewModel([]string{"fake/echo"}), &recorder{})
+	c := oai.NewClient(option.WithBaseURL(srv.URL+gatewayapi.Prefix+"/"), option.WithAPIKey("sb-token"), option.WithMaxRetries(0),
 		option.WithHeader("X-Affido-Source-Ip", "10.213.0.2"))
 	ctx := context.Background()
 	page, err := c.Models.List(ctx)
@@ -358,8 +444,8 @@ func (p blockingProvider) Serve(ctx context.Context, w http.ResponseWriter, req 
 // 3 are served, 17 refused with 402 spend_limit before reaching the
 // provider; the owner is told. A model without a price is refused.
 func TestSpendLimitHoldsUnderConcurrency(t *testing.T) {
-	fake := gateway.NewFake([]string{"fake/echo", "fake/unpriced"})
-	bp := blockingProvider{gateway.FakeProvider(fake), make(chan struct{})}
+	fake := scripted.NewModel([]string{"fake/echo", "fake/unpriced"})
+	bp := blockingProvider{fake, make(chan struct{})}
 	ledger := &spend.Memory{}
 	var limited atomic.Int32
 	price := spend.Price{Input: 1, Output: 2}
@@ -376,7 +462,7 @@ func TestSpendLimitHoldsUnderConcurrency(t *testing.T) {
 	defer srv.Close()
 	body, _ := json.Marshal(req)
 	post := func(b []byte) (int, openai.ErrorEnvelope) {
-		hr, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/chat/completions", bytes.NewReader(b))
+		hr, _ := http.NewRequest("POST", srv.URL+gatewayapi.Prefix+gatewayapi.ChatPath, bytes.NewReader(b))
 		hr.Header.Set("Authorization", "Bearer sb-token")
 		resp, err := http.DefaultClient.Do(hr)
 		if err != nil {

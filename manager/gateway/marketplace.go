@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/marketplace"
 )
@@ -19,14 +20,14 @@ type Marketplace struct {
 
 // Register adds the marketplace routes to mux.
 func (m *Marketplace) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/gateway/marketplace/index.json", m.serve(func(r *http.Request) (string, bool) {
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.MarketplacePath+"/index.json", m.serve(func(r *http.Request) (string, bool) {
 		return "index.json", true
 	}))
-	mux.HandleFunc("GET /v1/gateway/marketplace/{name}/{version}/manifest.json", m.serve(func(r *http.Request) (string, bool) {
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.MarketplacePath+"/{name}/{version}/manifest.json", m.serve(func(r *http.Request) (string, bool) {
 		n, v := r.PathValue("name"), r.PathValue("version")
 		return path.Join(n, v, "manifest.json"), marketplace.ValidName(n) && marketplace.ValidVersion(v)
 	}))
-	mux.HandleFunc("GET /v1/gateway/marketplace/{name}/{version}/files/{path...}", m.serve(func(r *http.Request) (string, bool) {
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.MarketplacePath+"/{name}/{version}/files/{path...}", m.serve(func(r *http.Request) (string, bool) {
 		n, v, p := r.PathValue("name"), r.PathValue("version"), r.PathValue("path")
 		return path.Join(n, v, "files", p), marketplace.ValidName(n) && marketplace.ValidVersion(v) && marketplace.CheckPath(p) == nil
 	}))

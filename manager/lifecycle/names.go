@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"regexp"
 	"strings"
+
+	"github.com/affido/affido/internal/sandboxapi"
 )
 
 // Labels every engine puts on the objects it makes for a stack. A sandbox
@@ -24,14 +26,12 @@ const (
 // dot, so a pool name never equals a user's.
 const poolPrefix = "pool."
 
-// validUser is the user id syntax Caddy's route accepts too.
-var validUser = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // validPool is the syntax of a pool sandbox name.
 var validPool = regexp.MustCompile(`^pool\.[0-9a-f]{16}$`)
 
-// ValidUser reports whether id is a well-formed user id.
-func ValidUser(id string) bool { return validUser.MatchString(id) }
+// ValidUser reports whether id is a well-formed user id (the contract's,
+// which Caddy's route checks too).
+func ValidUser(id string) bool { return sandboxapi.ValidUser(id) }
 
 // ValidSandbox reports whether name is a well-formed sandbox name: a user
 // id (a sandbox made for that user) or a pool name.

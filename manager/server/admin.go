@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
@@ -200,7 +201,7 @@ var _ AdminStore = (*registry.Store)(nil)
 func (a *Admin) withUser(fn func(http.ResponseWriter, *http.Request, string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		user := r.URL.Query().Get("user")
-		if !lifecycle.ValidUser(user) {
+		if !sandboxapi.ValidUser(user) {
 			problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 			return
 		}

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
-	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
 )
 
@@ -181,7 +181,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	src := sourceAddr(r)
 	perAddr, perUser := s.signInThrottles()
 	limits := []limit{{s.authThrottle(), src}}
-	if lifecycle.ValidUser(body.User) { // other names exist nowhere: only the address counts
+	if sandboxapi.ValidUser(body.User) { // other names exist nowhere: only the address counts
 		limits = append(limits, limit{perAddr, body.User + "@" + src}, limit{perUser, body.User})
 	}
 	reserved, wait, allowed := reserveAll(limits...)
@@ -262,7 +262,7 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
 	if !authBody(w, r, &body) {
 		return
 	}
-	if !lifecycle.ValidUser(body.User) {
+	if !sandboxapi.ValidUser(body.User) {
 		problem.Write(w, http.StatusBadRequest, "bad-user", "a user name is 1 to 64 letters, digits, _ or -")
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
@@ -147,9 +148,9 @@ func (s *Server) Handler() http.Handler {
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
-	mux.HandleFunc("POST /v1/gateway/notify", s.notify)
-	mux.HandleFunc("POST /v1/gateway/wake-at", s.wakeAt)
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.WhoamiPath, s.whoami)
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.NotifyPath, s.notify)
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.WakeAtPath, s.wakeAt)
 	if s.FetchClient != nil {
 		search := s.Search
 		if search == nil {
@@ -166,7 +167,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET /api/spend", s.spendReport)
 		mux.HandleFunc("POST /api/spend/another-day", s.anotherDay)
 	}
-	mux.HandleFunc("/v1/gateway/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(gatewayapi.Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")
 	})
 	if s.Accounts != nil {
@@ -267,7 +268,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	defer func() { s.observeResolve(result, time.Since(start)) }()
 	q := r.URL.Query()
 	user, path := q.Get("user"), q.Get("path")
-	if !lifecycle.ValidUser(user) {
+	if !sandboxapi.ValidUser(user) {
 		result = "bad_request"
 		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 		return
@@ -401,20 +402,17 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, status, "gateway-auth", why)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(`{"user":"` + sb.UserID + `"}` + "\n"))
+	writeJSONStatus(w, http.StatusOK, gatewayapi.Whoami{User: sb.UserID})
 }
 
-// wakeAt takes an agent's report of its next due time ({"at": time or null}).
+// wakeAt takes an agent's report of its next due time.
 func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) {
 	user, status, why := s.caller(r)
 	if status != 0 {
 		problem.Write(w, status, "gateway-auth", why)
 		return
 	}
-	var body struct {
-		At *time.Time `json:"at"`
-	}
+	var body gatewayapi.WakeAt
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
@@ -440,18 +438,15 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, status, "gateway-auth", why)
 		return
 	}
-	var body struct {
-		Key   string     `json:"key"`
-		Text  string     `json:"text"`
-		DueAt *time.Time `json:"due_at"`
-	}
+	var body gatewayapi.Notification
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err := dec.Decode(&body); err != nil {
 		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
 		return
 	}
-	if body.Key == "" || len(body.Key) > 200 || body.Text == "" || len(body.Text) > 4000 {
-		problem.Write(w, http.StatusBadRequest, "bad-notification", "key (1-200 bytes) and text (1-4000 bytes) are required")
+	if !body.Valid() {
+		problem.Write(w, http.StatusBadRequest, gatewayapi.ProblemBadNotification,
+			fmt.Sprintf("key (1-%d bytes) and text (1-%d bytes) are required", gatewayapi.MaxNotifyKey, gatewayapi.MaxNotifyText))
 		return
 	}
 	if s.Notifications == nil {
@@ -464,7 +459,7 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	}
 	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt, max)
 	if errors.Is(err, registry.ErrQueueFull) {
-		problem.RetryAfter(w, http.StatusTooManyRequests, 60, "notification-queue-full",
+		problem.RetryAfter(w, http.StatusTooManyRequests, 60, gatewayapi.ProblemQueueFull,
 			fmt.Sprintf("%d notifications are already waiting to be delivered", max))
 		return
 	}
@@ -475,7 +470,5 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	if s.Kick != nil {
 		s.Kick()
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusAccepted)
-	_ = json.NewEncoder(w).Encode(map[string]any{"key": body.Key, "queued": created})
+	writeJSONStatus(w, http.StatusAccepted, gatewayapi.Queued{Key: body.Key, Queued: created})
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/affido/affido/manager/gateway"
+	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
@@ -258,7 +258,7 @@ func (f *fakeSpendOwner) AllowAnotherDay(_ context.Context, user string) error {
 // only same-origin JSON, another day once.
 func TestSpendRoutes(t *testing.T) {
 	s := &Server{Auth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-bob": "bob"}},
-		Provider: gateway.FakeProvider(gateway.NewFake([]string{"fake/echo"})), SpendOwner: &fakeSpendOwner{raised: map[string]bool{}},
+		Provider: scripted.NewModel([]string{"fake/echo"}), SpendOwner: &fakeSpendOwner{raised: map[string]bool{}},
 		SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	do := func(method, path string, hdr map[string]string) *httptest.ResponseRecorder {

@@ -1,4 +1,11 @@
-package gateway
+// Package scripted holds the stand-ins for the outside world that the dev
+// stack and the tests use instead of a model provider and a search engine:
+// the scripted model, which speaks the OpenAI wire protocol and whose rules
+// let a person or a test drive every tool by what they type, and a search
+// provider with fixed hits. The manager serves them in place of the real
+// ones (AFFIDO_FAKE_MODELS, no search key); the agent's tests serve them
+// from a fake gateway (internal/gatewaytest). Neither side's code is here.
+package scripted
 
 import (
 	"context"
@@ -17,20 +24,20 @@ import (
 // Reply is one scripted model answer: text, or tool calls.
 type Reply struct {
 	Text      string
-	ToolCalls []FakeCall
+	ToolCalls []Call
 }
 
-// FakeCall is a scripted tool call.
-type FakeCall struct {
+// Call is a scripted tool call.
+type Call struct {
 	Name string
 	Args map[string]any
 }
 
-// Fake is the scripted model: deterministic, with the OpenAI wire protocol
+// Model is the scripted model: deterministic, with the OpenAI wire protocol
 // (streaming and tool calls). Its rules (see the README) let a person or a
 // test drive every tool by what they type. With a script, it answers with
 // the scripted replies in order instead, then falls back to the rules.
-type Fake struct {
+type Model struct {
 	Models []string
 
 	mu     sync.Mutex
@@ -63,7 +70,7 @@ func slowFor(req openai.ChatRequest) time.Duration {
 // failNow reports whether this request is one of the first N of a
 // "flaky N: text" message, which the fake answers 503 (a transient error the
 // agent retries with stored backoff).
-func (f *Fake) failNow(req openai.ChatRequest) bool {
+func (f *Model) failNow(req openai.ChatRequest) bool {
 	if len(req.Messages) == 0 {
 		return false
 	}
@@ -86,13 +93,16 @@ func (f *Fake) failNow(req openai.ChatRequest) bool {
 	return true
 }
 
-// NewFake returns the scripted model serving models.
-func NewFake(models []string, script ...Reply) *Fake {
-	return &Fake{Models: models, script: script}
+// NewModel returns the scripted model serving models.
+func NewModel(models []string, script ...Reply) *Model {
+	return &Model{Models: models, script: script}
 }
 
-// Known reports whether model is one the fake serves.
-func (f *Fake) Known(model string) bool {
+// List returns the models the scripted model serves.
+func (f *Model) List() []string { return f.Models }
+
+// Known reports whether model is one the scripted model serves.
+func (f *Model) Known(model string) bool {
 	for _, m := range f.Models {
 		if m == model {
 			return true
@@ -161,11 +171,11 @@ func fromAgent(content string) (string, bool) {
 }
 
 func call(name string, args map[string]any) Reply {
-	return Reply{ToolCalls: []FakeCall{{Name: name, Args: args}}}
+	return Reply{ToolCalls: []Call{{Name: name, Args: args}}}
 }
 
 // Answer decides the reply to a request.
-func (f *Fake) Answer(req openai.ChatRequest) Reply {
+func (f *Model) Answer(req openai.ChatRequest) Reply {
 	f.mu.Lock()
 	if len(f.script) > 0 {
 		r := f.script[0]
@@ -222,7 +232,7 @@ func (f *Fake) Answer(req openai.ChatRequest) Reply {
 
 // Serve answers one chat completions request as an SSE stream (or one JSON
 // object when stream is false), with usage estimated at 4 bytes a token.
-func (f *Fake) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
+func (f *Model) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
 	if f.failNow(req) {
 		w.Header().Set("Content-Type", "application/json")
 		openai.WriteError(w, http.StatusServiceUnavailable, "server_error", "flaky", "the scripted model is flaky on purpose")
