@@ -6,7 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 export GOTOOLCHAIN=local
 
 # Stack settings; verify.sh runs a second stack beside the dev one by
-# overriding these. Every variable is listed in the README.
+# overriding these. Every variable is listed in docs/operations.md.
 export AFFIDO_STACK=${AFFIDO_STACK:-affido}
 export AFFIDO_PORT=${AFFIDO_PORT:-18080}
 export AFFIDO_CONTROL_SUBNET=${AFFIDO_CONTROL_SUBNET:-10.212.0.0/24}
@@ -188,7 +188,7 @@ wait_healthy() {
   die "the control plane did not become healthy within 60 s (logs above)"
 }
 
-# The dev session, exactly the SQL the README shows.
+# The dev session, exactly the SQL docs/api.md shows.
 DEV_SQL="INSERT INTO users (id) VALUES ('$DEV_USER') ON CONFLICT DO NOTHING;
 INSERT INTO session (token, user_id, expires_at) VALUES ('$DEV_TOKEN', '$DEV_USER', now() + interval '30 days')
   ON CONFLICT (token) DO UPDATE SET expires_at = EXCLUDED.expires_at;"

@@ -1,5 +1,5 @@
 // Package config reads the manager's configuration from the environment.
-// Every variable, with its default, is listed in the README.
+// Every variable, with its default, is listed in docs/operations.md.
 package config
 
 import (
