@@ -267,11 +267,11 @@ func (s *Server) byAgent(next http.Handler) http.Handler {
 		}
 		first, _, _ := strings.Cut(route, "/")
 		if !perAgent[first] {
-			problem.Write(w, http.StatusNotFound, "not-found", fmt.Sprintf("no route /agents/%s/%s: an agent has %s", name, route, perAgentList()))
+			s.fail(w, r, problem.Errorf(http.StatusNotFound, "not-found", "no route /agents/%s/%s: an agent has %s", name, route, perAgentList()))
 			return
 		}
 		if !agents.ValidName(name) {
-			problem.Write(w, http.StatusNotFound, "unknown-agent", fmt.Sprintf("no agent %q", name))
+			s.fail(w, r, problem.Errorf(http.StatusNotFound, "unknown-agent", "no agent %q", name))
 			return
 		}
 		r2 := r.Clone(context.WithValue(r.Context(), agentKey{}, name))
@@ -291,110 +291,108 @@ func perAgentList() string {
 
 // The agent routes.
 
-func (s *Server) agentsList(w http.ResponseWriter, r *http.Request) {
-	main := s.mainOr503(w, r)
-	if main == nil {
-		return
+func (s *Server) agentsList(w http.ResponseWriter, r *http.Request) error {
+	main, err := s.mainRuntime(r)
+	if err != nil {
+		return err
 	}
 	list, err := s.registry.List(r.Context(), main.h.Store())
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"agents": list, "max_hops": agents.MaxHops})
+	return nil
 }
 
-func (s *Server) agentGet(w http.ResponseWriter, r *http.Request) {
-	main := s.mainOr503(w, r)
-	if main == nil {
-		return
+func (s *Server) agentGet(w http.ResponseWriter, r *http.Request) error {
+	main, err := s.mainRuntime(r)
+	if err != nil {
+		return err
 	}
 	a, err := s.registry.Get(r.Context(), main.h.Store(), r.PathValue("name"))
 	if err != nil {
-		s.agentProblem(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, a)
+	return nil
 }
 
-func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) agentCreate(w http.ResponseWriter, r *http.Request) error {
 	var body agents.Spec
-	if !decodeBody(w, r, &body) {
-		return
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
 	}
-	if body.Model != "" && !s.knownModel(w, r, body.Model) {
-		return
+	if err := s.knownModel(r, body.Model); err != nil {
+		return err
 	}
-	main, unlock := s.lockOpen(w, r)
-	if main == nil {
-		return
+	main, unlock, err := s.lockOpen(r)
+	if err != nil {
+		return err
 	}
 	defer unlock()
 	a, err := s.registry.Create(r.Context(), main.h, body)
 	if err != nil {
-		s.agentProblem(w, err)
-		return
+		return err
 	}
 	rt, err := s.openAgent(r.Context(), a)
 	if err == nil {
 		err = rt.h.Resume()
 	}
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", "the agent is registered but its storage did not open: "+err.Error())
-		return
+		return fmt.Errorf("agent %s is registered but its storage did not open: %w", a.Name, err)
 	}
 	s.swap(func(m map[string]*runtime) { m[a.Name] = rt })
 	writeJSON(w, http.StatusCreated, a)
+	return nil
 }
 
 // agentUpdate renames an agent, sets its model or whom it may message; the
 // agent's harness reopens with the change (work in flight resumes, by each
 // tool's replay policy).
-func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) {
+func (s *Server) agentUpdate(w http.ResponseWriter, r *http.Request) error {
 	var p agents.Patch
-	if !decodeBody(w, r, &p) {
-		return
+	if err := decodeBody(w, r, &p); err != nil {
+		return err
 	}
-	if p.Model != nil && *p.Model != "" && !s.knownModel(w, r, *p.Model) {
-		return
+	if p.Model != nil {
+		if err := s.knownModel(r, *p.Model); err != nil {
+			return err
+		}
 	}
-	main, unlock := s.lockOpen(w, r)
-	if main == nil {
-		return
+	main, unlock, err := s.lockOpen(r)
+	if err != nil {
+		return err
 	}
 	defer unlock()
 	a, err := s.registry.Update(r.Context(), main.h, r.PathValue("name"), p)
 	if err != nil {
-		s.agentProblem(w, err)
-		return
+		return err
 	}
 	// Every agent reopens: lists of whom each may message changed, and
 	// tools carry their agent's name.
 	if _, err := s.closeStorage(r.Context()); err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	if err := s.openAll(r.Context()); err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, a)
+	return nil
 }
 
 // agentDelete deletes an agent and its storage; main's trace keeps the
 // entry recording it.
-func (s *Server) agentDelete(w http.ResponseWriter, r *http.Request) {
-	main, unlock := s.lockOpen(w, r)
-	if main == nil {
-		return
+func (s *Server) agentDelete(w http.ResponseWriter, r *http.Request) error {
+	main, unlock, err := s.lockOpen(r)
+	if err != nil {
+		return err
 	}
 	defer unlock()
 	name := r.PathValue("name")
 	a, err := s.registry.Delete(r.Context(), main.h, name)
 	rts := s.runtimes()
 	if err != nil {
-		s.agentProblem(w, err)
-		return
+		return err
 	}
 	if rt := rts[name]; rt != nil {
 		s.swap(func(m map[string]*runtime) { delete(m, name) })
@@ -408,6 +406,7 @@ func (s *Server) agentDelete(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Log.Error("remove a deleted agent's storage", "agent", name, "err", err)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": a.Name})
+	return nil
 }
 
 // swap changes the open runtimes under rtMu. Caller holds s.mu.
@@ -423,38 +422,22 @@ func (s *Server) swap(change func(map[string]*runtime)) {
 }
 
 // lockOpen opens storage, takes s.mu (so no open or close runs meanwhile)
-// and returns main's runtime and the unlock; nil after it answered with a problem.
-func (s *Server) lockOpen(w http.ResponseWriter, r *http.Request) (*runtime, func()) {
-	if s.mainOr503(w, r) == nil {
-		return nil, nil
+// and returns main's runtime and the unlock.
+func (s *Server) lockOpen(r *http.Request) (*runtime, func(), error) {
+	if _, err := s.mainRuntime(r); err != nil {
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	main := s.runtimes()[agents.Main]
 	if main == nil {
 		s.mu.Unlock()
-		problem.Write(w, http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
-		return nil, nil
+		return nil, nil, problem.New(http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
 	}
-	return main, s.mu.Unlock
+	return main, s.mu.Unlock, nil
 }
 
-func (s *Server) mainOr503(w http.ResponseWriter, r *http.Request) *runtime {
-	return s.runtimeOr503(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, agents.Main)))
-}
-
-func (s *Server) agentProblem(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, agents.ErrNoAgent):
-		problem.Write(w, http.StatusNotFound, "unknown-agent", err.Error())
-	case errors.Is(err, agents.ErrExists):
-		problem.Write(w, http.StatusConflict, "agent-exists", err.Error())
-	case errors.Is(err, agents.ErrBuiltin):
-		problem.Write(w, http.StatusBadRequest, "built-in-agent", err.Error())
-	case errors.Is(err, agents.ErrInvalid):
-		problem.Write(w, http.StatusBadRequest, "bad-agent", err.Error())
-	default:
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-	}
+func (s *Server) mainRuntime(r *http.Request) (*runtime, error) {
+	return s.runtime(r.WithContext(context.WithValue(r.Context(), agentKey{}, agents.Main)))
 }
 
 // Deliver is the hub of the sandbox's agents (agents.Hub): it admits the

@@ -23,7 +23,7 @@ const eventsHeartbeat = 15 * time.Second
 // renders from the store; the stream only tells it what is new. While the
 // stream is open the agent counts a request in flight, so the manager does
 // not pause a sandbox someone is watching.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	var after int64
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
@@ -32,14 +32,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			problem.Write(w, http.StatusBadRequest, "bad-after", "after (or Last-Event-ID) is an entry id")
-			return
+			return problem.New(http.StatusBadRequest, "bad-after", "after (or Last-Event-ID) is an entry id")
 		}
 		after = n
 	}
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
+	rt, err := s.runtime(r)
+	if err != nil {
+		return err
 	}
 	h := rt.h
 	conv, err := s.currentConversation(r.Context(), h)
@@ -49,17 +48,14 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			_, err = h.Store().Conversation(r.Context(), conv)
 		}
 		if err != nil {
-			problem.Write(w, http.StatusNotFound, "unknown-conversation", "no such conversation")
-			return
+			return problem.New(http.StatusNotFound, "unknown-conversation", "no such conversation")
 		}
 	} else if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		problem.Write(w, http.StatusInternalServerError, "no-streaming", "this server cannot stream")
-		return
+		return problem.New(http.StatusInternalServerError, "no-streaming", "this server cannot stream")
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -80,7 +76,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		if h.Closed() { // paused meanwhile: reopen, someone is watching
 			if rt, err = s.storage(r.Context(), agentOf(r)); err != nil {
-				return
+				return nil
 			}
 			h = rt.h
 			changed = h.Changed()
@@ -92,7 +88,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			select {
 			case d := <-deltas:
 				if err := sendDelta(d); err != nil {
-					return
+					return nil
 				}
 			default:
 				drained = true
@@ -100,29 +96,32 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		entries, err := h.Store().EntriesSince(r.Context(), conv, after+1)
 		if err != nil && r.Context().Err() == nil && !h.Closed() {
-			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
+			// The headers are sent: the stream ends with the request id of the failure.
+			id := problem.NewRequestID()
+			s.cfg.Log.Error("events: read entries", "request_id", id, "err", err)
+			fmt.Fprintf(w, "event: error\ndata: %q\n\n", "the entries could not be read; request id "+id)
 			fl.Flush()
-			return
+			return nil
 		}
 		for _, e := range entries {
 			if err := writeEntryEvent(w, e); err != nil {
-				return
+				return nil
 			}
 			after = e.ID
 		}
 		fl.Flush()
 		select {
 		case <-r.Context().Done():
-			return
+			return nil
 		case d := <-deltas:
 			if err := sendDelta(d); err != nil {
-				return
+				return nil
 			}
 		case <-changed:
 			changed = h.Changed()
 		case <-beat.C:
 			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
-				return
+				return nil
 			}
 		}
 	}

@@ -127,10 +127,10 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	allowed := map[string][]string{} // path -> methods, for 405 answers
-	handle := func(pattern string, h http.HandlerFunc) {
+	handle := func(pattern string, h handlerFunc) {
 		method, p, _ := strings.Cut(pattern, " ")
 		allowed[p] = append(allowed[p], method)
-		mux.HandleFunc(pattern, h)
+		mux.HandleFunc(pattern, s.serve(h))
 	}
 	handle("GET "+sandboxapi.HealthPath, s.health)
 	handle("POST "+sandboxapi.ClaimPath, s.claim)
@@ -178,14 +178,13 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /jobs/{id}/pause", s.jobPause)
 	handle("POST /jobs/{id}/resume", s.jobResume)
 	handle("DELETE /jobs/{id}", s.jobDelete)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
 		if methods, ok := allowed[r.URL.Path]; ok {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
-			problem.Write(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed on "+r.URL.Path)
-			return
+			return problem.New(http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed on "+r.URL.Path)
 		}
-		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
-	})
+		return problem.New(http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
+	}))
 	return s.onlyFromCaller(s.track(s.onlyClaimed(s.byAgent(mux))))
 }
 
@@ -210,7 +209,7 @@ func (s *Server) onlyFromCaller(next http.Handler) http.Handler {
 			r.Header.Del(sandboxapi.HeaderCaller)
 		}
 		if !ok && !(r.Method == http.MethodGet && r.URL.Path == sandboxapi.HealthPath) {
-			problem.Write(w, http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy")
+			s.fail(w, r, problem.New(http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -351,14 +350,15 @@ func (s *Server) currentConversation(ctx context.Context, h *durable.Harness) (i
 
 // handlers that never open storage
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	user, _, claimed := s.cfg.Identity.Current()
 	writeJSON(w, http.StatusOK, sandboxapi.Health{Status: "ok", Claimed: claimed, User: user})
+	return nil
 }
 
 // status answers from the cache; while storage is open anyway it refreshes
 // the cache from it first (that opens nothing).
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Lock()
 	open := s.runtimes() != nil
 	if open {
@@ -371,25 +371,24 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	}
 	st.StorageOpen = open
 	writeJSON(w, http.StatusOK, st)
+	return nil
 }
 
 // pause closes storage. With if_idle=1 (the manager's call) it answers 409
 // while another request is in flight or any task is ready or running.
 // next_wake_at is the earliest stored deadline; null when nothing sleeps.
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
 	ifIdle := r.URL.Query().Get(sandboxapi.IfIdle) == "1"
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ifIdle {
 		if s.inflight.Load() > 1 {
-			problem.Write(w, http.StatusConflict, "busy", "a request is in flight")
-			return
+			return problem.New(http.StatusConflict, "busy", "a request is in flight")
 		}
 		if rts := s.runtimes(); rts != nil {
 			due, err := s.nextDueAt(r.Context())
 			if err != nil {
-				problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-				return
+				return err
 			}
 			busy := !due.IsZero() && !due.After(time.Now())
 			for _, rt := range rts {
@@ -399,15 +398,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 				for _, rt := range rts {
 					rt.h.Wake() // due work runs now, not at the next re-check
 				}
-				problem.Write(w, http.StatusConflict, "busy", "a task is running or due")
-				return
+				return problem.New(http.StatusConflict, "busy", "a task is running or due")
 			}
 		}
 	}
 	due, err := s.closeStorage(r.Context())
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	var next *time.Time
 	if !due.IsZero() {
@@ -420,13 +417,13 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, sandboxapi.PauseAnswer{NextWakeAt: next})
+	return nil
 }
 
 // wake reopens storage and runs due work (the manager calls it at wake_at).
-func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
+func (s *Server) wake(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.storage(r.Context(), agents.Main); err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	for _, rt := range s.runtimes() {
 		rt.h.Wake()
@@ -437,6 +434,7 @@ func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
 		next = &due
 	}
 	writeJSON(w, http.StatusOK, sandboxapi.WakeAnswer{Woken: true, PauseAnswer: sandboxapi.PauseAnswer{NextWakeAt: next}})
+	return nil
 }
 
 // helpers
@@ -451,52 +449,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// MaxJSONBody bounds JSON request bodies.
-const MaxJSONBody = 1 << 20
-
-// decodeBody reads a JSON body strictly: unknown fields and trailing data
-// are errors. It writes the problem itself and reports false on failure.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("bodies are limited to %d bytes", MaxJSONBody))
-			return false
-		}
-		problem.Write(w, http.StatusBadRequest, "bad-json", "the body is not the expected JSON: "+err.Error())
-		return false
+// harness opens storage and returns the harness of the request's agent.
+func (s *Server) harness(r *http.Request) (*durable.Harness, error) {
+	rt, err := s.runtime(r)
+	if err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		problem.Write(w, http.StatusBadRequest, "bad-json", "the body has data after the JSON object")
-		return false
-	}
-	return true
+	return rt.h, nil
 }
 
-// storageOr503 opens storage and returns the harness of the request's
-// agent, or answers with a problem (404 for no such agent).
-func (s *Server) storageOr503(w http.ResponseWriter, r *http.Request) *durable.Harness {
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return nil
-	}
-	return rt.h
-}
-
-// runtimeOr503 is storageOr503 returning the agent's whole runtime.
-func (s *Server) runtimeOr503(w http.ResponseWriter, r *http.Request) *runtime {
+// runtime opens storage and returns the request's agent's runtime: a 404
+// problem for no such agent, a 503 one when storage does not open.
+func (s *Server) runtime(r *http.Request) (*runtime, error) {
 	name := agentOf(r)
 	rt, err := s.storage(r.Context(), name)
 	if errors.Is(err, agents.ErrNoAgent) {
-		problem.Write(w, http.StatusNotFound, "unknown-agent", fmt.Sprintf("no agent %q; GET /agents lists them", name))
-		return nil
+		return nil, problem.Errorf(http.StatusNotFound, "unknown-agent", "no agent %q; GET /agents lists them", name)
 	}
 	if err != nil {
-		s.cfg.Log.Error("open storage", "err", err)
-		problem.Write(w, http.StatusServiceUnavailable, "storage-unavailable", "the session database could not be opened: "+err.Error())
-		return nil
+		return nil, problem.New(http.StatusServiceUnavailable, "storage-unavailable", "the session database could not be opened").Because(err)
 	}
-	return rt
+	return rt, nil
 }

@@ -188,7 +188,7 @@ func serve(ctx context.Context) error {
 		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr, FetchClient: fetchClient, Search: search,
 		Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp, SecureCookies: cfg.SecureCookies,
 		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -143,14 +143,14 @@ func (s *Server) authThrottle() *authThrottle {
 // Handler returns the public handler (reached from Caddy on the control network).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/resolve", s.resolve)
-	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /v1/resolve", s.serve(s.resolve))
+	mux.HandleFunc("GET /healthz", s.serve(s.healthz))
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("GET /v1/gateway/whoami", s.whoami)
-	mux.HandleFunc("POST /v1/gateway/notify", s.notify)
-	mux.HandleFunc("POST /v1/gateway/wake-at", s.wakeAt)
+	mux.HandleFunc("GET /v1/gateway/whoami", s.serve(s.whoami))
+	mux.HandleFunc("POST /v1/gateway/notify", s.serve(s.notify))
+	mux.HandleFunc("POST /v1/gateway/wake-at", s.serve(s.wakeAt))
 	if s.FetchClient != nil {
 		search := s.Search
 		if search == nil {
@@ -164,12 +164,12 @@ func (s *Server) Handler() http.Handler {
 	if s.Provider != nil {
 		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log,
 			Prices: s.Prices, Free: s.FreeModels, Ledger: s.Ledger, Limits: s.SpendLimits, OnLimit: s.spendLimitReached}).Register(mux)
-		mux.HandleFunc("GET /api/spend", s.spendReport)
-		mux.HandleFunc("POST /api/spend/another-day", s.anotherDay)
+		mux.HandleFunc("GET /api/spend", s.serve(s.spendReport))
+		mux.HandleFunc("POST /api/spend/another-day", s.serve(s.anotherDay))
 	}
-	mux.HandleFunc("/v1/gateway/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")
-	})
+	mux.HandleFunc("/v1/gateway/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		return problem.New(http.StatusNotFound, "not-found", "no such gateway route")
+	}))
 	if s.Accounts != nil {
 		s.authRoutes(mux)
 		if s.Owners != nil {
@@ -179,16 +179,16 @@ func (s *Server) Handler() http.Handler {
 	} else {
 		mux.HandleFunc("GET /app/", s.app)
 	}
-	mux.HandleFunc("/auth/", notFound)
-	mux.HandleFunc("/api/", notFound)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusNotFound, "not-found", "no such route")
-	})
+	mux.HandleFunc("/auth/", s.serve(notFound))
+	mux.HandleFunc("/api/", s.serve(notFound))
+	mux.HandleFunc("/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		return problem.New(http.StatusNotFound, "not-found", "no such route")
+	}))
 	return mux
 }
 
-func notFound(w http.ResponseWriter, r *http.Request) {
-	problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
+func notFound(w http.ResponseWriter, r *http.Request) error {
+	return problem.New(http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 }
 
 // app answers /app/ when there are no accounts to sign in with (tests).
@@ -262,7 +262,7 @@ func (w webSessions) UserForSession(ctx context.Context, token string) (string, 
 // resolve is Caddy's forward_auth target. The user id comes only from the
 // query Caddy builds from the cleaned path; X-Forwarded-Uri and any client
 // X-Sandbox-Endpoint are ignored. Only a 200 carries an endpoint.
-func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	result := "ok"
 	defer func() { s.observeResolve(result, time.Since(start)) }()
@@ -270,33 +270,29 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	user, path := q.Get("user"), q.Get("path")
 	if !provision.ValidUser(user) {
 		result = "bad_request"
-		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
-		return
+		return problem.New(http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 	}
-	var ok bool
-	if _, result, ok = s.authorize(w, r, user, forwardedMethod(r), path); !ok {
-		return
+	var err error
+	if _, result, err = s.authorize(w, r, user, forwardedMethod(r), path); err != nil {
+		return err
 	}
 	ep, err := s.Resolver.Resolve(r.Context(), user, sandboxapi.Activating(path))
 	var queued *lifecycle.QueuedError
 	switch {
 	case errors.Is(err, lifecycle.ErrCapacity):
 		result = "capacity"
-		problem.RetryAfter(w, http.StatusTooManyRequests, 5, "over-capacity", "every sandbox slot is busy; try again shortly")
-		return
+		return problem.New(http.StatusTooManyRequests, "over-capacity", "every sandbox slot is busy; try again shortly").Retry(5)
 	case errors.As(err, &queued):
 		result = "queued"
-		problem.RetryAfter(w, http.StatusServiceUnavailable, int(queued.RetryAfter.Seconds()+0.999), "sandbox-starting",
-			"your sandbox is being started; it goes on, so ask again after Retry-After seconds")
-		return
+		return problem.New(http.StatusServiceUnavailable, "sandbox-starting", "your sandbox is being started; it goes on, so ask again after Retry-After seconds").Retry(int(queued.RetryAfter.Seconds() + 0.999))
 	case err != nil:
 		result = "unavailable"
-		s.Log.Error("resolve: sandbox", "user", user, "err", err)
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "sandbox-unavailable", "the sandbox could not be started; try again shortly")
-		return
+		return problem.New(http.StatusServiceUnavailable, "sandbox-unavailable", "the sandbox could not be started; try again shortly").Retry(2).
+			Because(fmt.Errorf("resolve the sandbox of %s: %w", user, err))
 	}
 	w.Header().Set(EndpointHeader, ep.String())
 	w.WriteHeader(http.StatusOK)
+	return nil
 }
 
 // observeResolve records one resolve's latency by result; the observer of
@@ -315,58 +311,52 @@ func (s *Server) observeResolve(result string, d time.Duration) {
 // authorize authenticates r (the session cookie or an API token), for
 // user's resources or, with user "", anyone's. It applies the failed-auth
 // throttle and, to a write (method) authenticated by the cookie, the
-// cross-site rule; it answers every refusal itself. result names the
-// outcome for the resolve metric ("ok" when ok).
+// cross-site rule; it returns every refusal as a problem. result names the
+// outcome for the resolve metric ("ok" when err is nil).
 //
 // Only forward_auth (user set) takes the credential cache's answer. The
 // account routes (user "") always ask Postgres: a credential revoked in
 // another manager, still cached here, must not mint a token or session
 // that outlives it, nor read or change the owner's settings.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, ok bool) {
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, err error) {
 	src := sourceAddr(r)
 	if wait, blocked := s.authThrottle().blocked(src); blocked {
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
-			"too many failed authentications from this address; try again later")
-		return "", "throttled", false
+		return "", "throttled", problem.New(http.StatusTooManyRequests, "too-many-failures",
+			"too many failed authentications from this address; try again later").Retry(int(wait.Seconds() + 0.999))
 	}
 	session, bearer := credentials(r)
-	owner, err := s.authenticate(r.Context(), session, bearer, user == "")
+	owner, err = s.authenticate(r.Context(), session, bearer, user == "")
 	switch {
 	case errors.Is(err, registry.ErrUnauthenticated):
 		s.authThrottle().failed(src)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
-		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
-		return "", "unauthenticated", false
+		return "", "unauthenticated", problem.New(http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
 	case err != nil:
-		s.Log.Error("authenticate", "user", user, "path", r.URL.Path, "err", err)
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable; try again shortly")
-		return "", "unavailable", false
+		return "", "unavailable", problem.New(http.StatusServiceUnavailable, "unavailable", "the registry is unavailable; try again shortly").Retry(2).
+			Because(fmt.Errorf("authenticate for %q: %w", user, err))
 	case user != "" && owner != user:
-		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
-		return "", "forbidden", false
+		return "", "forbidden", problem.New(http.StatusForbidden, "forbidden", "these credentials belong to another user")
 	}
 	if bearer == "" {
 		if err := checkCookieWrite(r, method, path); err != nil {
-			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
-			return "", "cross_site", false
+			return "", "cross_site", err
 		}
 	}
-	return owner, "ok", true
+	return owner, "ok", nil
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.Health.Ping(ctx); err != nil {
-		problem.Write(w, http.StatusServiceUnavailable, "unhealthy", "postgres: "+err.Error())
-		return
+		return problem.New(http.StatusServiceUnavailable, "unhealthy", "postgres does not answer").Because(err)
 	}
 	if !s.Health.EventsUp() {
-		problem.Write(w, http.StatusServiceUnavailable, "unhealthy", "docker event stream is down")
-		return
+		return problem.New(http.StatusServiceUnavailable, "unhealthy", "docker event stream is down")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	return nil
 }
 
 // sandboxOf authenticates a gateway call: the bearer token must be a
@@ -396,22 +386,21 @@ func (s *Server) caller(r *http.Request) (string, int, string) {
 	return sb.UserID, status, why
 }
 
-func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 	sb, status, why := s.sandboxOf(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
-		return
+		return problem.New(status, "gateway-auth", why)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"user":"` + sb.UserID + `"}` + "\n"))
+	return nil
 }
 
 // wakeAt takes an agent's report of its next due time ({"at": time or null}).
-func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) {
+func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) error {
 	user, status, why := s.caller(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
-		return
+		return problem.New(status, "gateway-auth", why)
 	}
 	var body struct {
 		At *time.Time `json:"at"`
@@ -419,27 +408,24 @@ func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
-		return
+		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
 	if s.Wakes == nil {
-		problem.Write(w, http.StatusNotFound, "not-found", "wake reports are not configured")
-		return
+		return problem.New(http.StatusNotFound, "not-found", "wake reports are not configured")
 	}
 	if err := s.Wakes.ReportWake(r.Context(), user, body.At); err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // notify takes a notification from a sandbox (a reminder that fired) and
 // queues it for delivery; the same key twice is stored once.
-func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
+func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	user, status, why := s.caller(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
-		return
+		return problem.New(status, "gateway-auth", why)
 	}
 	var body struct {
 		Key   string     `json:"key"`
@@ -448,16 +434,13 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err := dec.Decode(&body); err != nil {
-		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
-		return
+		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
 	if body.Key == "" || len(body.Key) > 200 || body.Text == "" || len(body.Text) > 4000 {
-		problem.Write(w, http.StatusBadRequest, "bad-notification", "key (1-200 bytes) and text (1-4000 bytes) are required")
-		return
+		return problem.New(http.StatusBadRequest, "bad-notification", "key (1-200 bytes) and text (1-4000 bytes) are required")
 	}
 	if s.Notifications == nil {
-		problem.Write(w, http.StatusNotFound, "not-found", "notifications are not configured")
-		return
+		return problem.New(http.StatusNotFound, "not-found", "notifications are not configured")
 	}
 	max := s.NotifyQueueMax
 	if max <= 0 {
@@ -465,13 +448,10 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	}
 	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt, max)
 	if errors.Is(err, registry.ErrQueueFull) {
-		problem.RetryAfter(w, http.StatusTooManyRequests, 60, "notification-queue-full",
-			fmt.Sprintf("%d notifications are already waiting to be delivered", max))
-		return
+		return problem.Errorf(http.StatusTooManyRequests, "notification-queue-full", "%d notifications are already waiting to be delivered", max).Retry(60)
 	}
 	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	if s.Kick != nil {
 		s.Kick()
@@ -479,4 +459,5 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	_ = json.NewEncoder(w).Encode(map[string]any{"key": body.Key, "queued": created})
+	return nil
 }
