@@ -41,13 +41,13 @@ func (s *Server) approvals(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := rt.h.PendingApprovals(r.Context())
+	list, err := rt.Harness.PendingApprovals(r.Context())
 	if err != nil {
 		return err
 	}
 	out := []approvalView{}
 	for _, a := range list {
-		out = append(out, viewOf(rt.book, a, "pending"))
+		out = append(out, viewOf(rt.Book, a, "pending"))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
 	return nil
@@ -78,8 +78,8 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	h := rt.h
-	a, added, err := rt.book.Decide(r.Context(), h, id, body.Decision, body.Note)
+	h := rt.Harness
+	a, added, err := rt.Book.Decide(r.Context(), h, id, body.Decision, body.Note)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
 		return problem.New(http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
@@ -90,7 +90,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return err
 	}
-	decided := map[string]any{"approval": viewOf(rt.book, a, body.Decision), "decision": body.Decision}
+	decided := map[string]any{"approval": viewOf(rt.Book, a, body.Decision), "decision": body.Decision}
 	if added != nil {
 		decided["rule"] = added
 	}
@@ -114,11 +114,11 @@ func (s *Server) rules(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rules, err := rt.book.Rules(r.Context(), rt.h.Store())
+	rules, err := rt.Book.Rules(r.Context(), rt.Harness.Store())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": rt.book.Defaults()})
+	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": rt.Book.Defaults()})
 	return nil
 }
 
@@ -139,10 +139,10 @@ func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rule, err := rt.book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
+	rule, err := rt.Book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
 	switch {
 	case errors.Is(err, policy.ErrInvalidRule):
-		return problem.New(http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(toolNames(rt.book), ", "))
+		return problem.New(http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(toolNames(rt.Book), ", "))
 	case err != nil:
 		return err
 	default:
@@ -164,7 +164,7 @@ func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rule, err := rt.book.Remove(r.Context(), h, conv, id)
+	rule, err := rt.Book.Remove(r.Context(), h, conv, id)
 	switch {
 	case errors.Is(err, policy.ErrNoRule):
 		return problem.New(http.StatusNotFound, "unknown-rule", fmt.Sprintf("no rule %d", id))

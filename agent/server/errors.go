@@ -10,6 +10,7 @@ import (
 	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/jobs"
 	"github.com/affido/affido/agent/policy"
@@ -72,8 +73,16 @@ var clientErrors = []struct {
 // problemOf is the problem err answers with, nil for an internal error.
 func problemOf(err error) *problem.Error {
 	var p *problem.Error
-	if errors.As(err, &p) {
+	var busy *host.BusyError
+	switch {
+	case errors.As(err, &p):
 		return p
+	case errors.As(err, &busy):
+		return problem.New(http.StatusConflict, "busy", busy.Why)
+	case errors.Is(err, host.ErrClosedMeanwhile):
+		return problem.New(http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
+	case errors.Is(err, host.ErrUnavailable):
+		return problem.New(http.StatusServiceUnavailable, "storage-unavailable", "the session database could not be opened").Because(err)
 	}
 	for _, c := range clientErrors {
 		if errors.Is(err, c.err) {

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,9 +14,19 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/server"
 	"github.com/affido/affido/internal/problem"
 )
+
+// failingHost fails the list of agents with an internal error.
+type failingHost struct{ server.Host }
+
+func (failingHost) Agents(context.Context) ([]agents.Agent, error) {
+	return nil, errors.New("sqlite: database disk image is malformed (/data/session.db)")
+}
+
+func (failingHost) Close() error { return nil }
 
 // A failure inside the agent answers with a request id and nothing of the
 // error; the log has the error under that id.
@@ -22,6 +34,7 @@ func TestInternalErrorsAnswerWithARequestID(t *testing.T) {
 	cases := []struct {
 		name          string
 		breakIt       func(dataDir string)
+		host          server.Host
 		method, path  string
 		body          string
 		status        int
@@ -29,9 +42,10 @@ func TestInternalErrorsAnswerWithARequestID(t *testing.T) {
 		logged, leaks string // what the log must carry and the body must not
 	}{
 		{"the corpus directory is a file", func(dir string) { os.WriteFile(filepath.Join(dir, "corpus"), []byte("x"), 0o644) },
-			"POST", "/ingest?name=notes.md", "some notes", 500, "internal", "not a directory", "not a directory"},
+			nil, "POST", "/ingest?name=notes.md", "some notes", 500, "internal", "not a directory", "not a directory"},
 		{"the session database does not open", func(dir string) { os.MkdirAll(filepath.Join(dir, "session.db"), 0o755) },
-			"GET", "/session", "", 503, "storage-unavailable", "session.db", "session.db"},
+			nil, "GET", "/session", "", 503, "storage-unavailable", "session.db", "session.db"},
+		{"the host fails", func(string) {}, failingHost{}, "GET", "/agents", "", 500, "internal", "malformed", "malformed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -41,7 +55,7 @@ func TestInternalErrorsAnswerWithARequestID(t *testing.T) {
 			c.breakIt(filepath.Dir(db))
 			var logs bytes.Buffer
 			s := server.New(server.Config{Identity: id, SessionDB: db, Workspace: filepath.Join(dir, "ws"),
-				DefaultModel: "fake/echo", Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+				DefaultModel: "fake/echo", Log: slog.New(slog.NewJSONHandler(&logs, nil)), Host: c.host})
 			defer s.Close()
 			h := httptest.NewServer(s.Handler())
 			defer h.Close()

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/internal/problem"
 )
 
@@ -40,8 +40,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	h := rt.h
-	conv, err := s.currentConversation(r.Context(), h)
+	h := rt.Harness
+	conv, err := host.CurrentConversation(r.Context(), h)
 	if v := q.Get("conversation"); v != "" {
 		conv, err = strconv.ParseInt(v, 10, 64)
 		if err == nil {
@@ -65,9 +65,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	fl.Flush()
 	beat := time.NewTicker(eventsHeartbeat)
 	defer beat.Stop()
-	deltas, unsubscribe := s.deltas.subscribe(rt.agent.ID, conv)
+	deltas, unsubscribe := s.host.Subscribe(rt.Agent.ID, conv)
 	defer unsubscribe()
-	sendDelta := func(d delta) error {
+	sendDelta := func(d host.Delta) error {
 		b, _ := json.Marshal(d)
 		_, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b)
 		return err
@@ -75,10 +75,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	changed := h.Changed()
 	for {
 		if h.Closed() { // paused meanwhile: reopen, someone is watching
-			if rt, err = s.storage(r.Context(), agentOf(r)); err != nil {
+			if rt, err = s.host.Runtime(r.Context(), agentOf(r)); err != nil {
 				return nil
 			}
-			h = rt.h
+			h = rt.Harness
 			changed = h.Changed()
 			continue
 		}
@@ -134,55 +134,4 @@ func writeEntryEvent(w http.ResponseWriter, e durable.Entry) error {
 	}
 	_, err = fmt.Fprintf(w, "id: %d\nevent: entry\ndata: %s\n\n", e.ID, b)
 	return err
-}
-
-// delta is a piece of a reply as it streams in: shown, never stored, and
-// without an event id (a reconnect gets the stored reply instead).
-type delta struct {
-	RunID int64  `json:"run_id"`
-	Text  string `json:"text"`
-}
-
-// deltaHub hands reply deltas to the open streams of a conversation. A
-// stream that does not keep up misses deltas, never the stored entries.
-type deltaHub struct {
-	mu   sync.Mutex
-	subs map[streamKey]map[chan delta]bool
-}
-
-// streamKey is one conversation of one agent (by its agent's ID, which a
-// rename keeps).
-type streamKey struct {
-	agent string
-	conv  int64
-}
-
-func (d *deltaHub) subscribe(agent string, conv int64) (<-chan delta, func()) {
-	c := make(chan delta, 256)
-	k := streamKey{agent, conv}
-	d.mu.Lock()
-	if d.subs == nil {
-		d.subs = map[streamKey]map[chan delta]bool{}
-	}
-	if d.subs[k] == nil {
-		d.subs[k] = map[chan delta]bool{}
-	}
-	d.subs[k][c] = true
-	d.mu.Unlock()
-	return c, func() {
-		d.mu.Lock()
-		delete(d.subs[k], c)
-		d.mu.Unlock()
-	}
-}
-
-func (d *deltaHub) publish(agent string, conv, run int64, text string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for c := range d.subs[streamKey{agent, conv}] {
-		select {
-		case c <- delta{RunID: run, Text: text}:
-		default:
-		}
-	}
 }

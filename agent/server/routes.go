@@ -16,6 +16,7 @@ import (
 	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/problem"
@@ -31,7 +32,7 @@ func (s *Server) current(r *http.Request) (*durable.Harness, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	conv, err := s.currentConversation(r.Context(), h)
+	conv, err := host.CurrentConversation(r.Context(), h)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -130,7 +131,7 @@ func (s *Server) sessionNew(w http.ResponseWriter, r *http.Request) error {
 	if err := h.Commit(r.Context(), durable.Writes{Conversations: []durable.Conversation{c}}); err != nil {
 		return err
 	}
-	if err := h.Store().SetSetting(r.Context(), currentKey, strconv.FormatInt(id, 10)); err != nil {
+	if err := host.SetCurrentConversation(r.Context(), h, id); err != nil {
 		return err
 	}
 	return s.writeConversation(w, r, h, id)
@@ -152,7 +153,7 @@ func (s *Server) sessionSwitch(w http.ResponseWriter, r *http.Request) error {
 	} else if err != nil {
 		return err
 	}
-	if err := h.Store().SetSetting(r.Context(), currentKey, strconv.FormatInt(body.ID, 10)); err != nil {
+	if err := host.SetCurrentConversation(r.Context(), h, body.ID); err != nil {
 		return err
 	}
 	return s.writeConversation(w, r, h, body.ID)
@@ -215,7 +216,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	}
 	if conv == 0 {
 		var err error
-		if conv, err = s.currentConversation(r.Context(), h); err != nil {
+		if conv, err = host.CurrentConversation(r.Context(), h); err != nil {
 			return err
 		}
 	}
@@ -342,8 +343,8 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
 // writeRun answers with a submission that is finished, or waits for the
 // owner (status "waiting" with the approval it waits on): its reply and the
 // entries its run wrote, plus the fields of extra.
-func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, rt *runtime, sub durable.Submission, extra map[string]any) error {
-	h := rt.h
+func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, rt *host.Runtime, sub durable.Submission, extra map[string]any) error {
+	h := rt.Harness
 	out := map[string]any{"run_id": sub.TaskID, "submission_id": sub.ID, "conversation_id": sub.ConversationID, "status": sub.Status}
 	for k, v := range extra {
 		out[k] = v
@@ -360,7 +361,7 @@ func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, rt *runtime, s
 		}
 	}
 	if a, err := h.WaitingFor(r.Context(), sub); err == nil && a != nil {
-		out["waiting_for"] = viewOf(rt.book, *a, "pending")
+		out["waiting_for"] = viewOf(rt.Book, *a, "pending")
 	}
 	if sub.AnswerEntryID != 0 {
 		if e, err := h.Store().Entry(r.Context(), sub.AnswerEntryID); err == nil {
