@@ -37,11 +37,11 @@ func TestInternalErrorsAnswerWithARequestID(t *testing.T) {
 		kind    string
 	}{
 		{"the registry fails an authentication", func(log *slog.Logger) http.Handler {
-			return (&Server{Auth: fakeAuth{err: errInternal}, Resolver: &fakeResolver{}, Log: log}).Handler()
+			return (&Server{EdgeDeps: EdgeDeps{Auth: fakeAuth{err: errInternal}, Resolver: &fakeResolver{}}, Log: log}).Handler()
 		}, "GET", "/v1/resolve?user=alice&path=/health", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, 503, "unavailable"},
 		{"the sandbox does not start", func(log *slog.Logger) http.Handler {
 			auth := fakeAuth{sessions: map[string]string{"s-alice": "alice"}}
-			return (&Server{Auth: auth, Resolver: &fakeResolver{err: errInternal}, Log: log}).Handler()
+			return (&Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: &fakeResolver{err: errInternal}}, Log: log}).Handler()
 		}, "GET", "/v1/resolve?user=alice&path=/health", map[string]string{"Cookie": "better-auth.session_token=s-alice"}, 503, "sandbox-unavailable"},
 		{"an admin call fails", func(log *slog.Logger) http.Handler {
 			return (&Admin{Store: failingAdminStore{}, Log: log}).Handler()

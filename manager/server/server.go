@@ -63,16 +63,50 @@ type SandboxAuth interface {
 	SandboxForToken(ctx context.Context, token string) (registry.Sandbox, error)
 }
 
-// Server holds the handlers' dependencies.
+// Server is the manager's public HTTP edge. Its dependencies come in three
+// groups, one per area it serves; the handlers reach them as s.Auth,
+// s.Provider, s.Accounts and so on.
 type Server struct {
+	EdgeDeps
+	GatewayDeps
+	OwnerDeps
+	Log *slog.Logger
+
+	throttleOnce     sync.Once
+	throttle         *authThrottle
+	resolveObservers sync.Map // result -> prometheus.Observer
+	signInState
+}
+
+// EdgeDeps serve forward_auth (/v1/resolve), /healthz and /metrics.
+type EdgeDeps struct {
 	Auth     Authenticator
 	Resolver Resolver
 	Health   Health
-	Gateway  SandboxAuth
 	Metrics  *lifecycle.Metrics
+	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
+	AuthTimeout time.Duration
+	// Credentials caches what Auth answers (AFFIDO_AUTH_CACHE_TTL); nil
+	// asks Auth every time. TokenUse records API token use for a batched
+	// write; nil records none.
+	Credentials *CredentialCache
+	TokenUse    *TokenUse
+}
+
+// GatewayDeps serve the routes sandboxes reach through Caddy's gateway
+// listener: models, web tools, the marketplace, notifications and wake
+// reports.
+type GatewayDeps struct {
+	Gateway SandboxAuth
 	// Provider answers the gateway's chat completions (fake or openrouter).
 	Provider gateway.Provider
 	Usage    gateway.UsageRecorder
+	// Spend control of the gateway (see gateway.Handler); SpendLimits are
+	// also the defaults the owner's /api/spend shows.
+	Prices      map[string]spend.Price
+	FreeModels  map[string]bool
+	Ledger      spend.Ledger
+	SpendLimits spend.Limits
 	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
 	Notifications interface {
 		// EnqueueNotification stores a notification once per key; with max
@@ -80,16 +114,8 @@ type Server struct {
 		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error)
 	}
 	Kick func()
-	// Spend control of the gateway (see gateway.Handler) and the owner's
-	// view of it (/api/spend).
-	Prices      map[string]spend.Price
-	FreeModels  map[string]bool
-	Ledger      spend.Ledger
-	SpendLimits spend.Limits
-	SpendOwner  interface {
-		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
-		AllowAnotherDay(ctx context.Context, user string) error
-	}
+	// NotifyQueueMax caps a user's pending notifications (default 100).
+	NotifyQueueMax int
 	// Wakes keeps each agent's reported next due time.
 	Wakes interface {
 		ReportWake(ctx context.Context, user string, at *time.Time) error
@@ -100,17 +126,11 @@ type Server struct {
 	Search      gateway.Searcher
 	// MarketplaceDir holds the built marketplace served to sandboxes.
 	MarketplaceDir string
-	Log            *slog.Logger
-	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
-	AuthTimeout time.Duration
-	// Credentials caches what Auth answers (AFFIDO_AUTH_CACHE_TTL); nil
-	// asks Auth every time. TokenUse records API token use for a batched
-	// write; nil records none.
-	Credentials *CredentialCache
-	TokenUse    *TokenUse
-	// NotifyQueueMax caps a user's pending notifications (default 100).
-	NotifyQueueMax int
+}
 
+// OwnerDeps serve the owner's routes: sign-in and sign-up, sessions and
+// API tokens, the sandbox and notification settings, spend.
+type OwnerDeps struct {
 	// Accounts, if set, serves sign-in, sign-up and the owner's sessions
 	// and API tokens; OpenSignUp lets anyone sign up without an invite.
 	Accounts   Accounts
@@ -121,11 +141,11 @@ type Server struct {
 	SecureCookies bool
 	SessionTTL    time.Duration  // default DefaultSessionTTL
 	HashParams    account.Params // default account.DefaultParams
-
-	throttleOnce     sync.Once
-	throttle         *authThrottle
-	resolveObservers sync.Map // result -> prometheus.Observer
-	signInState
+	// SpendOwner is the owner's view of spend (/api/spend), served with a Provider.
+	SpendOwner interface {
+		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
+		AllowAnotherDay(ctx context.Context, user string) error
+	}
 }
 
 // Failed authentications per source address: 20 at once, then one more
