@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"path/filepath"
 
 	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/corpus"
@@ -101,7 +102,7 @@ func pathError(err error) error {
 		return problem.New(http.StatusNotFound, "not-found", "no such file or directory")
 	}
 	var pe *fs.PathError
-	if errors.As(err, &pe) { // a directory read as a file, and the like: the path is the client's
+	if errors.As(err, &pe) && !filepath.IsAbs(pe.Path) { // relative to the workspace root: the path is the client's
 		return problem.Errorf(http.StatusBadRequest, "file-error", "%s %s: %v", pe.Op, pe.Path, pe.Err)
 	}
 	return fmt.Errorf("workspace: %w", err)
