@@ -36,152 +36,144 @@ func viewOf(book *policy.Book, a durable.Approval, status string) approvalView {
 	return v
 }
 
-func (s *Server) approvals(w http.ResponseWriter, r *http.Request) {
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
-	}
-	list, err := rt.h.PendingApprovals(r.Context())
+func (s *Server) approvals(w http.ResponseWriter, r *http.Request) error {
+	rt, err := s.runtime(r)
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
+	}
+	list, err := rt.Harness.PendingApprovals(r.Context())
+	if err != nil {
+		return err
 	}
 	out := []approvalView{}
 	for _, a := range list {
-		out = append(out, viewOf(rt.book, a, "pending"))
+		out = append(out, viewOf(rt.Book, a, "pending"))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
+	return nil
 }
 
-func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		problem.Write(w, http.StatusBadRequest, "bad-id", "an approval id is a positive integer")
-		return
+		return problem.New(http.StatusBadRequest, "bad-id", "an approval id is a positive integer")
 	}
 	var body struct {
 		Decision string `json:"decision"`
 		Note     string `json:"note"`
 		Wait     *bool  `json:"wait"`
 	}
-	if !decodeBody(w, r, &body) {
-		return
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
 	}
 	switch {
 	case body.Decision != durable.AllowOnce && body.Decision != durable.AllowAlways && body.Decision != durable.DenyCall:
-		problem.Write(w, http.StatusBadRequest, "bad-decision", `decision is "allow_once", "allow_always" or "deny"`)
-		return
+		return problem.New(http.StatusBadRequest, "bad-decision", `decision is "allow_once", "allow_always" or "deny"`)
 	case body.Note != "" && body.Decision != durable.DenyCall:
-		problem.Write(w, http.StatusBadRequest, "bad-note", "a note goes with a deny (the model reads it)")
-		return
+		return problem.New(http.StatusBadRequest, "bad-note", "a note goes with a deny (the model reads it)")
 	case len(body.Note) > 4096:
-		problem.Write(w, http.StatusBadRequest, "bad-note", "a note is at most 4096 bytes")
-		return
+		return problem.New(http.StatusBadRequest, "bad-note", "a note is at most 4096 bytes")
 	}
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
+	rt, err := s.runtime(r)
+	if err != nil {
+		return err
 	}
-	h := rt.h
-	a, added, err := rt.book.Decide(r.Context(), h, id, body.Decision, body.Note)
+	h := rt.Harness
+	a, added, err := rt.Book.Decide(r.Context(), h, id, body.Decision, body.Note)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
-		problem.Write(w, http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
-		return
+		return problem.New(http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
 	case errors.Is(err, durable.ErrDecided):
-		problem.Write(w, http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already", id))
-		return
+		return problem.New(http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already", id))
 	case errors.Is(err, policy.ErrNoProposal), errors.Is(err, policy.ErrInvalidRule):
-		problem.Write(w, http.StatusBadRequest, "no-rule", "allow always needs a rule narrower than the whole tool, and none fits this call; allow it once, or add a rule with POST /rules: "+err.Error())
-		return
+		return problem.New(http.StatusBadRequest, "no-rule", "allow always needs a rule narrower than the whole tool, and none fits this call; allow it once, or add a rule with POST /rules: "+err.Error())
 	case err != nil:
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
-	decided := map[string]any{"approval": viewOf(rt.book, a, body.Decision), "decision": body.Decision}
+	decided := map[string]any{"approval": viewOf(rt.Book, a, body.Decision), "decision": body.Decision}
 	if added != nil {
 		decided["rule"] = added
 	}
 	t, err := h.Store().Task(r.Context(), a.RunID)
 	if err != nil || t.SubmissionID == 0 || (body.Wait != nil && !*body.Wait) {
 		writeJSON(w, http.StatusOK, decided)
-		return
+		return nil
 	}
 	// Like POST /prompt: answer with the run once it is done, or waits again.
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Minute)
 	defer cancel()
 	sub, err := h.WaitSettled(ctx, t.SubmissionID)
 	if err != nil {
-		problem.Write(w, http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", a.RunID))
-		return
+		return problem.New(http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", a.RunID))
 	}
-	s.writeRun(w, r, rt, sub, decided)
+	return s.writeRun(w, r, rt, sub, decided)
 }
 
-func (s *Server) rules(w http.ResponseWriter, r *http.Request) {
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
-	}
-	rules, err := rt.book.Rules(r.Context(), rt.h.Store())
+func (s *Server) rules(w http.ResponseWriter, r *http.Request) error {
+	rt, err := s.runtime(r)
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": rt.book.Defaults()})
+	rules, err := rt.Book.Rules(r.Context(), rt.Harness.Store())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": rt.Book.Defaults()})
+	return nil
 }
 
-func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		Tool   string            `json:"tool"`
 		Effect durable.Effect    `json:"effect"`
 		When   policy.Conditions `json:"when"`
 	}
-	if !decodeBody(w, r, &body) {
-		return
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
 	}
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
+	rt, err := s.runtime(r)
+	if err != nil {
+		return err
 	}
-	h, conv, ok := s.current(w, r)
-	if !ok {
-		return
+	h, conv, err := s.current(r)
+	if err != nil {
+		return err
 	}
-	rule, err := rt.book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
+	rule, err := rt.Book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
 	switch {
 	case errors.Is(err, policy.ErrInvalidRule):
-		problem.Write(w, http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(toolNames(rt.book), ", "))
+		return problem.New(http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(toolNames(rt.Book), ", "))
 	case err != nil:
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return err
 	default:
 		writeJSON(w, http.StatusCreated, rule)
 	}
+	return nil
 }
 
-func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		problem.Write(w, http.StatusBadRequest, "bad-id", "a rule id is a positive integer")
-		return
+		return problem.New(http.StatusBadRequest, "bad-id", "a rule id is a positive integer")
 	}
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
+	rt, err := s.runtime(r)
+	if err != nil {
+		return err
 	}
-	h, conv, ok := s.current(w, r)
-	if !ok {
-		return
+	h, conv, err := s.current(r)
+	if err != nil {
+		return err
 	}
-	rule, err := rt.book.Remove(r.Context(), h, conv, id)
+	rule, err := rt.Book.Remove(r.Context(), h, conv, id)
 	switch {
 	case errors.Is(err, policy.ErrNoRule):
-		problem.Write(w, http.StatusNotFound, "unknown-rule", fmt.Sprintf("no rule %d", id))
+		return problem.New(http.StatusNotFound, "unknown-rule", fmt.Sprintf("no rule %d", id))
 	case err != nil:
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return err
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"removed": rule})
 	}
+	return nil
 }
 
 func toolNames(book *policy.Book) []string {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/internal/problem"
 )
 
@@ -23,7 +23,7 @@ const eventsHeartbeat = 15 * time.Second
 // renders from the store; the stream only tells it what is new. While the
 // stream is open the agent counts a request in flight, so the manager does
 // not pause a sandbox someone is watching.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	var after int64
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
@@ -32,34 +32,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			problem.Write(w, http.StatusBadRequest, "bad-after", "after (or Last-Event-ID) is an entry id")
-			return
+			return problem.New(http.StatusBadRequest, "bad-after", "after (or Last-Event-ID) is an entry id")
 		}
 		after = n
 	}
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return
+	rt, err := s.runtime(r)
+	if err != nil {
+		return err
 	}
-	h := rt.h
-	conv, err := s.currentConversation(r.Context(), h)
+	h := rt.Harness
+	conv, err := host.CurrentConversation(r.Context(), h)
 	if v := q.Get("conversation"); v != "" {
 		conv, err = strconv.ParseInt(v, 10, 64)
 		if err == nil {
 			_, err = h.Store().Conversation(r.Context(), conv)
 		}
 		if err != nil {
-			problem.Write(w, http.StatusNotFound, "unknown-conversation", "no such conversation")
-			return
+			return problem.New(http.StatusNotFound, "unknown-conversation", "no such conversation")
 		}
 	} else if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		problem.Write(w, http.StatusInternalServerError, "no-streaming", "this server cannot stream")
-		return
+		return problem.New(http.StatusInternalServerError, "no-streaming", "this server cannot stream")
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -69,9 +65,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	beat := time.NewTicker(eventsHeartbeat)
 	defer beat.Stop()
-	deltas, unsubscribe := s.deltas.subscribe(rt.agent.ID, conv)
+	deltas, unsubscribe := s.host.Subscribe(rt.Agent.ID, conv)
 	defer unsubscribe()
-	sendDelta := func(d delta) error {
+	sendDelta := func(d host.Delta) error {
 		b, _ := json.Marshal(d)
 		_, err := fmt.Fprintf(w, "event: delta\ndata: %s\n\n", b)
 		return err
@@ -79,10 +75,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	changed := h.Changed()
 	for {
 		if h.Closed() { // paused meanwhile: reopen, someone is watching
-			if rt, err = s.storage(r.Context(), agentOf(r)); err != nil {
-				return
+			if rt, err = s.host.Runtime(r.Context(), agentOf(r)); err != nil {
+				return nil
 			}
-			h = rt.h
+			h = rt.Harness
 			changed = h.Changed()
 			continue
 		}
@@ -92,7 +88,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			select {
 			case d := <-deltas:
 				if err := sendDelta(d); err != nil {
-					return
+					return nil
 				}
 			default:
 				drained = true
@@ -100,29 +96,32 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		entries, err := h.Store().EntriesSince(r.Context(), conv, after+1)
 		if err != nil && r.Context().Err() == nil && !h.Closed() {
-			fmt.Fprintf(w, "event: error\ndata: %q\n\n", err.Error())
+			// The headers are sent: the stream ends with the request id of the failure.
+			id := problem.NewRequestID()
+			s.cfg.Log.Error("events: read entries", "request_id", id, "err", err)
+			fmt.Fprintf(w, "event: error\ndata: %q\n\n", "the entries could not be read; request id "+id)
 			fl.Flush()
-			return
+			return nil
 		}
 		for _, e := range entries {
 			if err := writeEntryEvent(w, e); err != nil {
-				return
+				return nil
 			}
 			after = e.ID
 		}
 		fl.Flush()
 		select {
 		case <-r.Context().Done():
-			return
+			return nil
 		case d := <-deltas:
 			if err := sendDelta(d); err != nil {
-				return
+				return nil
 			}
 		case <-changed:
 			changed = h.Changed()
 		case <-beat.C:
 			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
-				return
+				return nil
 			}
 		}
 	}
@@ -135,55 +134,4 @@ func writeEntryEvent(w http.ResponseWriter, e durable.Entry) error {
 	}
 	_, err = fmt.Fprintf(w, "id: %d\nevent: entry\ndata: %s\n\n", e.ID, b)
 	return err
-}
-
-// delta is a piece of a reply as it streams in: shown, never stored, and
-// without an event id (a reconnect gets the stored reply instead).
-type delta struct {
-	RunID int64  `json:"run_id"`
-	Text  string `json:"text"`
-}
-
-// deltaHub hands reply deltas to the open streams of a conversation. A
-// stream that does not keep up misses deltas, never the stored entries.
-type deltaHub struct {
-	mu   sync.Mutex
-	subs map[streamKey]map[chan delta]bool
-}
-
-// streamKey is one conversation of one agent (by its agent's ID, which a
-// rename keeps).
-type streamKey struct {
-	agent string
-	conv  int64
-}
-
-func (d *deltaHub) subscribe(agent string, conv int64) (<-chan delta, func()) {
-	c := make(chan delta, 256)
-	k := streamKey{agent, conv}
-	d.mu.Lock()
-	if d.subs == nil {
-		d.subs = map[streamKey]map[chan delta]bool{}
-	}
-	if d.subs[k] == nil {
-		d.subs[k] = map[chan delta]bool{}
-	}
-	d.subs[k][c] = true
-	d.mu.Unlock()
-	return c, func() {
-		d.mu.Lock()
-		delete(d.subs[k], c)
-		d.mu.Unlock()
-	}
-}
-
-func (d *deltaHub) publish(agent string, conv, run int64, text string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for c := range d.subs[streamKey{agent, conv}] {
-		select {
-		case c <- delta{RunID: run, Text: text}:
-		default:
-		}
-	}
 }

@@ -17,68 +17,65 @@ import (
 // delete a workspace file, rename a conversation, list and cancel
 // reminders, browse the skills marketplace.
 
-func (s *Server) fileDelete(w http.ResponseWriter, r *http.Request) {
+func (s *Server) fileDelete(w http.ResponseWriter, r *http.Request) error {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		problem.Write(w, http.StatusBadRequest, "missing-path", "path is required")
-		return
+		return problem.New(http.StatusBadRequest, "missing-path", "path is required")
 	}
 	if err := s.ws.Delete(p); err != nil {
-		s.pathProblem(w, err)
-		return
+		return pathError(err)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": p})
+	return nil
 }
 
-func (s *Server) sessionRename(w http.ResponseWriter, r *http.Request) {
+func (s *Server) sessionRename(w http.ResponseWriter, r *http.Request) error {
 	var body struct {
 		ID    int64  `json:"id"`
 		Title string `json:"title"`
 	}
-	if !decodeBody(w, r, &body) {
-		return
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
 	}
 	if len(body.Title) > 200 {
-		problem.Write(w, http.StatusBadRequest, "bad-title", "titles are at most 200 bytes")
-		return
+		return problem.New(http.StatusBadRequest, "bad-title", "titles are at most 200 bytes")
 	}
-	h := s.storageOr503(w, r)
-	if h == nil {
-		return
+	h, err := s.harness(r)
+	if err != nil {
+		return err
 	}
-	err := h.Store().RenameConversation(r.Context(), body.ID, body.Title)
+	err = h.Store().RenameConversation(r.Context(), body.ID, body.Title)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
-		problem.Write(w, http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", body.ID))
+		return problem.New(http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", body.ID))
 	case err != nil:
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
+		return err
 	default:
-		s.writeConversation(w, r, h, body.ID)
+		return s.writeConversation(w, r, h, body.ID)
 	}
 }
 
-func (s *Server) reminderList(w http.ResponseWriter, r *http.Request) {
-	h := s.storageOr503(w, r)
-	if h == nil {
-		return
+func (s *Server) reminderList(w http.ResponseWriter, r *http.Request) error {
+	h, err := s.harness(r)
+	if err != nil {
+		return err
 	}
 	list, err := reminders.Pending(r.Context(), h.Store())
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"reminders": list})
+	return nil
 }
 
-func (s *Server) reminderCancel(w http.ResponseWriter, r *http.Request) {
+func (s *Server) reminderCancel(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		problem.Write(w, http.StatusBadRequest, "bad-id", "a reminder id is a positive integer")
-		return
+		return problem.New(http.StatusBadRequest, "bad-id", "a reminder id is a positive integer")
 	}
-	h := s.storageOr503(w, r)
-	if h == nil {
-		return
+	h, err := s.harness(r)
+	if err != nil {
+		return err
 	}
 	var text string
 	_, err = h.Update(r.Context(), id, func(t durable.Task) (*durable.Task, error) {
@@ -88,26 +85,24 @@ func (s *Server) reminderCancel(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, reminders.ErrNoReminder) || errors.Is(err, durable.ErrNotFound):
-		problem.Write(w, http.StatusNotFound, "unknown-reminder", fmt.Sprintf("reminder %d: %v", id, reminders.ErrNoReminder))
-		return
+		return problem.New(http.StatusNotFound, "unknown-reminder", fmt.Sprintf("reminder %d: %v", id, reminders.ErrNoReminder))
 	case err != nil:
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"cancelled": id, "text": text})
+	return nil
 }
 
-func (s *Server) skillsMarketplace(w http.ResponseWriter, r *http.Request) {
+func (s *Server) skillsMarketplace(w http.ResponseWriter, r *http.Request) error {
 	if s.cfg.Skills == nil {
-		problem.Write(w, http.StatusNotFound, "no-skills", "skills are not configured")
-		return
+		return problem.New(http.StatusNotFound, "no-skills", "skills are not configured")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	idx, err := s.cfg.Skills.Marketplace(ctx)
 	if err != nil {
-		problem.Write(w, http.StatusBadGateway, "marketplace", "the marketplace could not be read: "+err.Error())
-		return
+		return unavailable(http.StatusBadGateway, "marketplace", "the marketplace could not be read", err)
 	}
 	writeJSON(w, http.StatusOK, idx)
+	return nil
 }

@@ -1,10 +1,12 @@
 // Package server is the agent's HTTP API inside its sandbox container
-// (ARCHITECTURE.md section 4). Storage (the session database and the
-// durable harness over it) opens on the first request to a route that needs
-// it; /health, /claim, /status, /ingest, /pause and the workspace file
-// routes never open it, and /status answers from a small cache written
-// whenever storage opens or closes. Until the manager has bound the sandbox
-// to its user (POST /claim) only /health and /claim answer.
+// (ARCHITECTURE.md section 4): routes, decoding and encoding, the checks of
+// who may call, and the mapping of errors to problems. The agents
+// themselves, their storage and their messages are the host's
+// (agent/host); storage opens on the first request to a route that needs
+// it. /health, /claim, /status, /ingest, /pause and the workspace file
+// routes never open it, and /status answers from the host's status cache.
+// Until the manager has bound the sandbox to its user (POST /claim) only
+// /health and /claim answer.
 package server
 
 import (
@@ -13,22 +15,18 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/affido/affido/agent/agents"
-	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/skills"
@@ -36,6 +34,29 @@ import (
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 )
+
+// Host is what the API asks of the agents' host (agent/host).
+type Host interface {
+	// Runtime opens storage and returns the runtime of the agent called
+	// name: agents.ErrNoAgent for none, an error wrapping
+	// host.ErrUnavailable when storage does not open.
+	Runtime(ctx context.Context, name string) (*host.Runtime, error)
+	Agents(ctx context.Context) ([]agents.Agent, error)
+	Agent(ctx context.Context, name string) (agents.Agent, error)
+	CreateAgent(ctx context.Context, spec agents.Spec) (agents.Agent, error)
+	UpdateAgent(ctx context.Context, name string, p agents.Patch) (agents.Agent, error)
+	DeleteAgent(ctx context.Context, name string) (agents.Agent, error)
+	// Subscribe streams the reply deltas of one conversation of one agent.
+	Subscribe(agentID string, conv int64) (<-chan host.Delta, func())
+	Status(ctx context.Context) host.Status
+	// Pause closes storage; with idle set it refuses with a
+	// *host.BusyError while idle reports false or work goes on.
+	Pause(ctx context.Context, idle func() bool) (time.Time, error)
+	Wake(ctx context.Context) (time.Time, error)
+	Close() error
+}
+
+var _ Host = (*host.Host)(nil)
 
 // Config is what the server needs.
 type Config struct {
@@ -75,50 +96,37 @@ type Config struct {
 	// Caddy sets it where its address is not fixed (Kubernetes). It holds
 	// with Caller when both are set.
 	CallerKeyHash [sha256.Size]byte
+	// Host hosts the agents; nil makes a host.Host of SessionDB, Model,
+	// DefaultModel, Harness, WorkerTools, WorkerSystem, OnApproval and
+	// MessageTimeout.
+	Host Host
 }
 
 // Server is the agent's HTTP server.
 type Server struct {
-	cfg      Config
-	ws       workspace.Workspace
-	corpus   *corpus.Corpus
-	tools    []durable.Tool // an owner agent's tools: the configured ones and corpus_search
-	registry agents.Registry
-	deltas   deltaHub // replies as they stream, to the open event streams
+	cfg    Config
+	ws     workspace.Workspace
+	corpus *corpus.Corpus
+	host   Host
 
 	inflight atomic.Int64
-
-	// mu is held while storage opens or closes (all agents at once) and
-	// guards wakeTimer. rtMu guards rts alone, so a tool delivering a
-	// message never waits on mu, which a closing harness's steps would.
-	mu        sync.Mutex
-	wakeTimer *time.Timer
-	closing   atomic.Bool
-	rtMu      sync.RWMutex
-	rts       map[string]*runtime // by agent name; nil while storage is closed
-
-	dues dueBoard
 }
 
-// New returns a server. If the status cache says storage was open when the
-// process last stopped (a crash), storage opens at once so unfinished work
-// resumes without waiting for a request.
+// New returns a server over cfg.Host, or over a host.Host made of cfg (if
+// its status cache says storage was open when the process last stopped, a
+// crash, storage opens at once so unfinished work resumes).
 func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
 	corpusDir := filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")
 	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}},
-		corpus: &corpus.Corpus{Dir: corpusDir}}
-	if cfg.MessageTimeout <= 0 {
-		s.cfg.MessageTimeout = 10 * time.Minute
-	}
-	s.tools = append(append([]durable.Tool(nil), cfg.Harness.Tools...), citations.Tool(s.corpus))
-	s.dues.report = cfg.Harness.OnScheduled
-	if st, err := s.readStatus(); err == nil && st.StorageOpen {
-		if _, err := s.storage(context.Background(), agents.Main); err != nil {
-			cfg.Log.Error("reopen storage after an unclean stop", "err", err)
-		}
+		corpus: &corpus.Corpus{Dir: corpusDir}, host: cfg.Host}
+	if s.host == nil {
+		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Model: cfg.Model,
+			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
+			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval,
+			MessageTimeout: cfg.MessageTimeout})
 	}
 	return s
 }
@@ -127,10 +135,10 @@ func New(cfg Config) *Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	allowed := map[string][]string{} // path -> methods, for 405 answers
-	handle := func(pattern string, h http.HandlerFunc) {
+	handle := func(pattern string, h handlerFunc) {
 		method, p, _ := strings.Cut(pattern, " ")
 		allowed[p] = append(allowed[p], method)
-		mux.HandleFunc(pattern, h)
+		mux.HandleFunc(pattern, s.serve(h))
 	}
 	handle("GET "+sandboxapi.HealthPath, s.health)
 	handle("POST "+sandboxapi.ClaimPath, s.claim)
@@ -178,14 +186,13 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /jobs/{id}/pause", s.jobPause)
 	handle("POST /jobs/{id}/resume", s.jobResume)
 	handle("DELETE /jobs/{id}", s.jobDelete)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
 		if methods, ok := allowed[r.URL.Path]; ok {
 			w.Header().Set("Allow", strings.Join(methods, ", "))
-			problem.Write(w, http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed on "+r.URL.Path)
-			return
+			return problem.New(http.StatusMethodNotAllowed, "method-not-allowed", r.Method+" is not allowed on "+r.URL.Path)
 		}
-		problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
-	})
+		return problem.New(http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
+	}))
 	return s.onlyFromCaller(s.track(s.onlyClaimed(s.byAgent(mux))))
 }
 
@@ -210,7 +217,7 @@ func (s *Server) onlyFromCaller(next http.Handler) http.Handler {
 			r.Header.Del(sandboxapi.HeaderCaller)
 		}
 		if !ok && !(r.Method == http.MethodGet && r.URL.Path == sandboxapi.HealthPath) {
-			problem.Write(w, http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy")
+			s.fail(w, r, problem.New(http.StatusForbidden, "not-the-owner", "the agent answers only requests that come through Caddy"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -226,222 +233,57 @@ func (s *Server) track(next http.Handler) http.Handler {
 	})
 }
 
-// status cache
-
-type statusCache struct {
-	User           string     `json:"user"`
-	StorageOpen    bool       `json:"storage_open"`
-	Model          string     `json:"model"`
-	ConversationID int64      `json:"conversation_id,omitempty"`
-	EntryCount     int64      `json:"entry_count"`
-	NextWakeAt     *time.Time `json:"next_wake_at,omitempty"`
-	UpdatedAt      time.Time  `json:"updated_at"`
-}
-
-func (s *Server) statusPath() string {
-	return filepath.Join(filepath.Dir(s.cfg.SessionDB), "status.json")
-}
-
-func (s *Server) readStatus() (statusCache, error) {
-	var st statusCache
-	b, err := os.ReadFile(s.statusPath())
-	if err != nil {
-		return st, err
-	}
-	return st, json.Unmarshal(b, &st)
-}
-
-// writeStatus records the cache. Caller holds s.mu.
-func (s *Server) writeStatus(ctx context.Context, open bool) {
-	st := statusCache{User: s.cfg.Identity.User(), StorageOpen: open, Model: s.cfg.DefaultModel, UpdatedAt: time.Now().UTC()}
-	if main := s.runtimes()[agents.Main]; main != nil {
-		h := main.h
-		if conv, err := s.currentConversation(ctx, h); err == nil {
-			st.ConversationID = conv
-			st.EntryCount, _ = h.Store().EntryCount(ctx, conv)
-			if c, err := h.Store().Conversation(ctx, conv); err == nil && c.Settings["model"] != "" {
-				st.Model = c.Settings["model"]
-			}
-		}
-		if due, err := s.nextDueAt(ctx); err == nil && !due.IsZero() {
-			st.NextWakeAt = &due
-		}
-	} else if old, err := s.readStatus(); err == nil {
-		st.ConversationID, st.EntryCount, st.NextWakeAt = old.ConversationID, old.EntryCount, old.NextWakeAt
-	}
-	b, _ := json.Marshal(st)
-	tmp := s.statusPath() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err == nil {
-		_ = os.Rename(tmp, s.statusPath())
-	}
-}
-
-// storage
-
-// storage returns the runtime of the agent called name, opening every
-// agent's storage first if it is closed (agents.ErrNoAgent for no such agent).
-func (s *Server) storage(ctx context.Context, name string) (*runtime, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.runtimes() == nil {
-		if err := s.openAll(ctx); err != nil {
-			return nil, err
-		}
-	}
-	rt := s.runtimes()[name]
-	if rt == nil {
-		return nil, fmt.Errorf("agent %q: %w", name, agents.ErrNoAgent)
-	}
-	return rt, nil
-}
-
-// closeStorage closes every agent's harness and records the status cache;
-// it returns the next due time of the work they leave behind. Caller holds s.mu.
-func (s *Server) closeStorage(ctx context.Context) (time.Time, error) {
-	rts := s.runtimes()
-	if rts == nil {
-		st, _ := s.readStatus()
-		if st.NextWakeAt != nil {
-			return *st.NextWakeAt, nil
-		}
-		return time.Time{}, nil
-	}
-	due, err := s.nextDueAt(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	s.writeStatus(ctx, true) // counts while still open
-	s.closing.Store(true)
-	defer s.closing.Store(false)
-	var errs []error
-	for _, rt := range rts {
-		if err := rt.h.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close agent %s: %w", rt.agent.Name, err))
-		}
-	}
-	s.setRuntimes(nil)
-	s.writeStatus(ctx, false)
-	if err := errors.Join(errs...); err != nil {
-		return time.Time{}, err
-	}
-	s.cfg.Log.Info("storage closed")
-	return due, nil
-}
-
 // Close closes storage (on shutdown).
-func (s *Server) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, err := s.closeStorage(context.Background())
-	return err
-}
-
-const currentKey = "current_conversation"
-
-func (s *Server) currentConversation(ctx context.Context, h *durable.Harness) (int64, error) {
-	v, err := h.Store().Setting(ctx, currentKey)
-	if err != nil {
-		return 0, err
-	}
-	if v == "" {
-		return durable.RootConversation, nil
-	}
-	return strconv.ParseInt(v, 10, 64)
-}
+func (s *Server) Close() error { return s.host.Close() }
 
 // handlers that never open storage
 
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	user, _, claimed := s.cfg.Identity.Current()
 	writeJSON(w, http.StatusOK, sandboxapi.Health{Status: "ok", Claimed: claimed, User: user})
+	return nil
 }
 
-// status answers from the cache; while storage is open anyway it refreshes
-// the cache from it first (that opens nothing).
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	open := s.runtimes() != nil
-	if open {
-		s.writeStatus(r.Context(), true)
-	}
-	s.mu.Unlock()
-	st, err := s.readStatus()
-	if err != nil {
-		st = statusCache{User: s.cfg.Identity.User(), Model: s.cfg.DefaultModel}
-	}
-	st.StorageOpen = open
-	writeJSON(w, http.StatusOK, st)
+// status answers from the host's status cache (which opens nothing).
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, s.host.Status(r.Context()))
+	return nil
 }
 
 // pause closes storage. With if_idle=1 (the manager's call) it answers 409
 // while another request is in flight or any task is ready or running.
 // next_wake_at is the earliest stored deadline; null when nothing sleeps.
-func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	ifIdle := r.URL.Query().Get(sandboxapi.IfIdle) == "1"
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ifIdle {
-		if s.inflight.Load() > 1 {
-			problem.Write(w, http.StatusConflict, "busy", "a request is in flight")
-			return
-		}
-		if rts := s.runtimes(); rts != nil {
-			due, err := s.nextDueAt(r.Context())
-			if err != nil {
-				problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-				return
-			}
-			busy := !due.IsZero() && !due.After(time.Now())
-			for _, rt := range rts {
-				busy = busy || rt.h.Busy()
-			}
-			if busy {
-				for _, rt := range rts {
-					rt.h.Wake() // due work runs now, not at the next re-check
-				}
-				problem.Write(w, http.StatusConflict, "busy", "a task is running or due")
-				return
-			}
-		}
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) error {
+	var idle func() bool
+	if r.URL.Query().Get(sandboxapi.IfIdle) == "1" {
+		idle = func() bool { return s.inflight.Load() <= 1 }
 	}
-	due, err := s.closeStorage(r.Context())
+	due, err := s.host.Pause(r.Context(), idle)
 	if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+		return err
 	}
-	var next *time.Time
-	if !due.IsZero() {
-		next = &due
-		// If nobody freezes this process, come back on time by ourselves.
-		s.wakeTimer = time.AfterFunc(time.Until(due), func() {
-			if _, err := s.storage(context.Background(), agents.Main); err != nil {
-				s.cfg.Log.Error("reopen storage at the wake time", "err", err)
-			}
-		})
-	}
-	writeJSON(w, http.StatusOK, sandboxapi.PauseAnswer{NextWakeAt: next})
+	writeJSON(w, http.StatusOK, sandboxapi.PauseAnswer{NextWakeAt: timeOrNil(due)})
+	return nil
 }
 
 // wake reopens storage and runs due work (the manager calls it at wake_at).
-func (s *Server) wake(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.storage(r.Context(), agents.Main); err != nil {
-		problem.Write(w, http.StatusInternalServerError, "storage", err.Error())
-		return
+func (s *Server) wake(w http.ResponseWriter, r *http.Request) error {
+	due, err := s.host.Wake(r.Context())
+	if err != nil {
+		return err
 	}
-	for _, rt := range s.runtimes() {
-		rt.h.Wake()
+	writeJSON(w, http.StatusOK, sandboxapi.WakeAnswer{Woken: true, PauseAnswer: sandboxapi.PauseAnswer{NextWakeAt: timeOrNil(due)}})
+	return nil
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
 	}
-	due, _ := s.nextDueAt(r.Context())
-	var next *time.Time
-	if !due.IsZero() {
-		next = &due
-	}
-	writeJSON(w, http.StatusOK, sandboxapi.WakeAnswer{Woken: true, PauseAnswer: sandboxapi.PauseAnswer{NextWakeAt: next}})
+	return &t
 }
 
 // helpers
-
-func jsonInto(raw []byte, v any) bool { return len(raw) > 0 && json.Unmarshal(raw, v) == nil }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -451,52 +293,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// MaxJSONBody bounds JSON request bodies.
-const MaxJSONBody = 1 << 20
-
-// decodeBody reads a JSON body strictly: unknown fields and trailing data
-// are errors. It writes the problem itself and reports false on failure.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			problem.Write(w, http.StatusRequestEntityTooLarge, "too-large", fmt.Sprintf("bodies are limited to %d bytes", MaxJSONBody))
-			return false
-		}
-		problem.Write(w, http.StatusBadRequest, "bad-json", "the body is not the expected JSON: "+err.Error())
-		return false
-	}
-	if dec.More() {
-		problem.Write(w, http.StatusBadRequest, "bad-json", "the body has data after the JSON object")
-		return false
-	}
-	return true
-}
-
-// storageOr503 opens storage and returns the harness of the request's
-// agent, or answers with a problem (404 for no such agent).
-func (s *Server) storageOr503(w http.ResponseWriter, r *http.Request) *durable.Harness {
-	rt := s.runtimeOr503(w, r)
-	if rt == nil {
-		return nil
-	}
-	return rt.h
-}
-
-// runtimeOr503 is storageOr503 returning the agent's whole runtime.
-func (s *Server) runtimeOr503(w http.ResponseWriter, r *http.Request) *runtime {
-	name := agentOf(r)
-	rt, err := s.storage(r.Context(), name)
-	if errors.Is(err, agents.ErrNoAgent) {
-		problem.Write(w, http.StatusNotFound, "unknown-agent", fmt.Sprintf("no agent %q; GET /agents lists them", name))
-		return nil
-	}
+// harness opens storage and returns the harness of the request's agent.
+func (s *Server) harness(r *http.Request) (*durable.Harness, error) {
+	rt, err := s.runtime(r)
 	if err != nil {
-		s.cfg.Log.Error("open storage", "err", err)
-		problem.Write(w, http.StatusServiceUnavailable, "storage-unavailable", "the session database could not be opened: "+err.Error())
-		return nil
+		return nil, err
 	}
-	return rt
+	return rt.Harness, nil
+}
+
+// runtime opens storage and returns the request's agent's runtime: a 404
+// problem for no such agent, a 503 one when storage does not open.
+func (s *Server) runtime(r *http.Request) (*host.Runtime, error) {
+	name := agentOf(r)
+	rt, err := s.host.Runtime(r.Context(), name)
+	if errors.Is(err, agents.ErrNoAgent) {
+		return nil, problem.Errorf(http.StatusNotFound, "unknown-agent", "no agent %q; GET /agents lists them", name)
+	}
+	return rt, err // host.ErrUnavailable: 503 (fail)
 }

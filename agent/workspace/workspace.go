@@ -27,6 +27,9 @@ var ErrTooLarge = errors.New("file too large")
 // ErrQuota is returned when a write would take the user's storage past its quota.
 var ErrQuota = errors.New("storage quota exceeded")
 
+// ErrNotFile is returned for reading a directory as a file.
+var ErrNotFile = errors.New("not a file")
+
 // Workspace is a directory tree the agent may use.
 type Workspace struct {
 	Dir string
@@ -163,7 +166,7 @@ func (w Workspace) Read(p string, limit int64) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	if st.IsDir() {
-		return nil, false, fmt.Errorf("%s is a directory", p)
+		return nil, false, fmt.Errorf("%w: %s is a directory", ErrNotFile, p)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {

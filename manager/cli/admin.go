@@ -52,8 +52,14 @@ func adminCall(method, path string, q url.Values, out any) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode/100 != 2 {
-		var p struct{ Detail string }
+		var p struct {
+			Detail    string
+			RequestID string `json:"request_id"`
+		}
 		_ = json.Unmarshal(body, &p)
+		if p.RequestID != "" {
+			p.Detail += " (request id " + p.RequestID + ")"
+		}
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, p.Detail)
 	}
 	return json.Unmarshal(body, out)

@@ -184,12 +184,18 @@ func serve(ctx context.Context) error {
 	creds := server.NewCredentialCache(cfg.AuthCacheTTL)
 	tokenUse := server.NewTokenUse(store, log)
 	go tokenUse.Run(ctx)
-	pub := &server.Server{Auth: store, Credentials: creds, TokenUse: tokenUse, Resolver: mgr, Health: healthOf{store, mgr}, Gateway: store, Metrics: metrics, Log: log,
-		Provider: provider, Usage: store, Notifications: store, Kick: deliverer.Kick, MarketplaceDir: cfg.MarketplaceDir,
-		NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr, FetchClient: fetchClient, Search: search,
-		Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp, SecureCookies: cfg.SecureCookies,
-		Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits, SpendOwner: store}
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds}
+	pub := &server.Server{
+		EdgeDeps: server.EdgeDeps{Auth: store, Credentials: creds, TokenUse: tokenUse, Resolver: mgr,
+			Health: healthOf{store, mgr}, Metrics: metrics},
+		GatewayDeps: server.GatewayDeps{Gateway: store, Provider: provider, Usage: store,
+			Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits,
+			Notifications: store, Kick: deliverer.Kick, NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
+			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir},
+		OwnerDeps: server.OwnerDeps{Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
+			SecureCookies: cfg.SecureCookies, SpendOwner: store},
+		Log: log,
+	}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

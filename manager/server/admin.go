@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -27,49 +29,51 @@ type Admin struct {
 	// Credentials is the public Server's cache, told of what an admin
 	// change ends (a new password ends the user's sessions).
 	Credentials *CredentialCache
+	// Log records the failures the API answers with a request id
+	// (default slog.Default).
+	Log *slog.Logger
 }
 
 // Handler returns the admin API.
 func (a *Admin) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /admin/sandboxes", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /admin/sandboxes", a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		list, err := a.Manager.Sandboxes(r.Context())
 		if err != nil {
-			problem.Write(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-			return
+			return problem.New(http.StatusServiceUnavailable, "unavailable", "the sandboxes could not be listed").Because(err)
 		}
 		writeJSON(w, list)
-	})
+		return nil
+	}))
 	mux.HandleFunc("GET /admin/pool", func(w http.ResponseWriter, r *http.Request) {
 		size, ready := a.Manager.PoolSize()
 		writeJSON(w, map[string]int{"size": size, "ready": ready})
 	})
-	mux.HandleFunc("POST /admin/pool", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /admin/pool", a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		size, _ := a.Manager.PoolSize()
 		if v := r.URL.Query().Get("size"); v != "" && v != "-1" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > 1000 {
-				problem.Write(w, http.StatusBadRequest, "bad-size", "size is the number of warm-pool sandboxes, 0 to 1000")
-				return
+				return problem.New(http.StatusBadRequest, "bad-size", "size is the number of warm-pool sandboxes, 0 to 1000")
 			}
 			size = n
 		}
 		drain := r.URL.Query().Get("drain") == "1"
 		if err := a.Manager.SetPool(r.Context(), size, drain); err != nil {
-			problem.Write(w, http.StatusInternalServerError, "admin-failed", err.Error())
-			return
+			return adminFailed(fmt.Errorf("set the pool to %d: %w", size, err))
 		}
 		writeJSON(w, map[string]any{"size": size, "drained": drain})
-	})
-	mux.HandleFunc("POST /admin/capacity", func(w http.ResponseWriter, r *http.Request) {
+		return nil
+	}))
+	mux.HandleFunc("POST /admin/capacity", a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		n, err := strconv.Atoi(r.URL.Query().Get("max"))
 		if err != nil || n < 0 {
-			problem.Write(w, http.StatusBadRequest, "bad-capacity", "max is how many sandboxes may run at once, 0 for no limit")
-			return
+			return problem.New(http.StatusBadRequest, "bad-capacity", "max is how many sandboxes may run at once, 0 for no limit")
 		}
 		a.Manager.SetMaxRunning(n)
 		writeJSON(w, map[string]any{"max_running": n})
-	})
+		return nil
+	}))
 	mux.HandleFunc("POST /admin/evict", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		return a.Manager.Evict(r.Context(), user)
 	}))
@@ -85,26 +89,25 @@ func (a *Admin) Handler() http.Handler {
 		return nil
 	}))
 	mux.HandleFunc("POST /admin/spend", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
-		usd := func(key string) (*int64, bool) {
+		usd := func(key string) (*int64, error) {
 			v := r.URL.Query().Get(key)
 			if v == "" {
-				return nil, true
+				return nil, nil
 			}
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-				problem.Write(w, http.StatusBadRequest, "bad-limit", key+" is a non-negative amount of USD such as 2.50")
-				return nil, false
+				return nil, problem.New(http.StatusBadRequest, "bad-limit", key+" is a non-negative amount of USD such as 2.50")
 			}
 			m := spend.USD(f)
-			return &m, true
+			return &m, nil
 		}
-		daily, ok := usd("daily")
-		if !ok {
-			return nil
+		daily, err := usd("daily")
+		if err != nil {
+			return err
 		}
-		monthly, ok := usd("monthly")
-		if !ok {
-			return nil
+		monthly, err := usd("monthly")
+		if err != nil {
+			return err
 		}
 		if daily != nil || monthly != nil {
 			if err := a.Store.SetSpendLimits(r.Context(), user, daily, monthly); err != nil {
@@ -123,8 +126,7 @@ func (a *Admin) Handler() http.Handler {
 		if u != "" {
 			parsed, err := url.Parse(u)
 			if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
-				problem.Write(w, http.StatusBadRequest, "bad-url", "the notify URL must be an http(s) URL")
-				return nil
+				return problem.New(http.StatusBadRequest, "bad-url", "the notify URL must be an http(s) URL")
 			}
 		}
 		return a.Store.SetNotifyURL(r.Context(), user, u)
@@ -138,8 +140,7 @@ func (a *Admin) Handler() http.Handler {
 		if s := r.URL.Query().Get("ttl"); s != "" {
 			d, err := time.ParseDuration(s)
 			if err != nil || d <= 0 {
-				problem.Write(w, http.StatusBadRequest, "bad-ttl", "ttl must be a positive Go duration such as 720h")
-				return nil
+				return problem.New(http.StatusBadRequest, "bad-ttl", "ttl must be a positive Go duration such as 720h")
 			}
 			ttl = d
 		}
@@ -156,8 +157,7 @@ func (a *Admin) Handler() http.Handler {
 		if s := r.URL.Query().Get("ttl"); s != "" {
 			d, err := time.ParseDuration(s)
 			if err != nil || d <= 0 {
-				problem.Write(w, http.StatusBadRequest, "bad-ttl", "ttl must be a positive Go duration such as 72h")
-				return nil
+				return problem.New(http.StatusBadRequest, "bad-ttl", "ttl must be a positive Go duration such as 72h")
 			}
 			ttl = d
 		}
@@ -172,8 +172,7 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/password", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		hash := r.URL.Query().Get("hash")
 		if _, err := account.Verify("", hash); err != nil {
-			problem.Write(w, http.StatusBadRequest, "bad-hash", "hash must be an argon2id PHC string")
-			return nil
+			return problem.New(http.StatusBadRequest, "bad-hash", "hash must be an argon2id PHC string")
 		}
 		err := a.Store.SetPassword(r.Context(), user, hash)
 		a.Credentials.ForgetUser(user) // even on an error: the transaction may have committed
@@ -198,21 +197,33 @@ type AdminStore interface {
 
 var _ AdminStore = (*registry.Store)(nil)
 
+// withUser runs fn for the user the query names; an error fn returns
+// that is no problem of the client's is an admin failure (500).
 func (a *Admin) withUser(fn func(http.ResponseWriter, *http.Request, string) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+	return a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		user := r.URL.Query().Get("user")
 		if !sandboxapi.ValidUser(user) {
-			problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
-			return
+			return problem.New(http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 		}
 		if err := fn(w, r, user); err != nil {
-			problem.Write(w, http.StatusInternalServerError, "admin-failed", err.Error())
-			return
+			if problemOf(err) != nil {
+				return err
+			}
+			return adminFailed(fmt.Errorf("%s for %s: %w", r.URL.Path, user, err))
 		}
 		if w.Header().Get("Content-Type") == "" {
 			writeJSON(w, map[string]string{"user": user, "status": "done"})
 		}
-	}
+		return nil
+	})
+}
+
+func (a *Admin) serve(h handlerFunc) http.HandlerFunc { return handle(a.Log, h) }
+
+// adminFailed is the 500 of an admin call that failed; the operator finds
+// why in the manager's log under the request id.
+func adminFailed(err error) error {
+	return problem.New(http.StatusInternalServerError, "admin-failed", "the call failed; the manager's log has why, under the request id").Because(err)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -56,15 +56,15 @@ const (
 
 // authRoutes adds sign-in, sign-up, sign-out and the owner's account routes.
 func (s *Server) authRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /auth/sign-in", s.signIn)
-	mux.HandleFunc("POST /auth/sign-out", s.signOut)
-	mux.HandleFunc("POST /auth/sign-up", s.signUp)
-	mux.HandleFunc("GET /api/me", s.me)
+	mux.HandleFunc("POST /auth/sign-in", s.serve(s.signIn))
+	mux.HandleFunc("POST /auth/sign-out", s.serve(s.signOut))
+	mux.HandleFunc("POST /auth/sign-up", s.serve(s.signUp))
+	mux.HandleFunc("GET /api/me", s.serve(s.me))
 	mux.HandleFunc("GET /api/sessions", s.ownerRead(s.sessions))
-	mux.HandleFunc("DELETE /api/sessions/{id}", s.revokeSession)
+	mux.HandleFunc("DELETE /api/sessions/{id}", s.serve(s.revokeSession))
 	mux.HandleFunc("GET /api/tokens", s.ownerRead(s.tokens))
-	mux.HandleFunc("POST /api/tokens", s.createToken)
-	mux.HandleFunc("DELETE /api/tokens/{id}", s.revokeToken)
+	mux.HandleFunc("POST /api/tokens", s.serve(s.createToken))
+	mux.HandleFunc("DELETE /api/tokens/{id}", s.serve(s.revokeToken))
 }
 
 func (s *Server) signInThrottles() (perAddress, perUser *authThrottle) {
@@ -114,21 +114,19 @@ func reserveAll(limits ...limit) (res []*rate.Reservation, wait time.Duration, o
 // authBody reads the JSON body of an /auth write. Such a write must come
 // from this origin and say JSON, cookie or not: another site must not sign
 // a browser in (login CSRF) or out.
-func authBody(w http.ResponseWriter, r *http.Request, v any) bool {
+func authBody(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := checkCookieWrite(r, r.Method, r.URL.Path); err != nil {
-		problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
-		return false
+		return err
 	}
 	if v == nil {
-		return true
+		return nil
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil || dec.More() {
-		problem.Write(w, http.StatusBadRequest, "bad-json", fmt.Sprintf("the body is not the expected JSON: %v", err))
-		return false
+		return problem.Errorf(http.StatusBadRequest, "bad-json", "the body is not the expected JSON: %v", err)
 	}
-	return true
+	return nil
 }
 
 // setSession sets (or, with token "", clears) the session cookie: HttpOnly,
@@ -169,14 +167,13 @@ type credentialsBody struct {
 // signIn checks a user's password and starts a session. Wrong passwords
 // (and unknown users, which answer the same) are throttled per address and
 // per user name.
-func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
+func (s *Server) signIn(w http.ResponseWriter, r *http.Request) error {
 	var body credentialsBody
-	if !authBody(w, r, &body) {
-		return
+	if err := authBody(w, r, &body); err != nil {
+		return err
 	}
 	if body.Invite != "" {
-		problem.Write(w, http.StatusBadRequest, "bad-json", "an invite goes to /auth/sign-up")
-		return
+		return problem.New(http.StatusBadRequest, "bad-json", "an invite goes to /auth/sign-up")
 	}
 	src := sourceAddr(r)
 	perAddr, perUser := s.signInThrottles()
@@ -186,14 +183,11 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	reserved, wait, allowed := reserveAll(limits...)
 	if !allowed {
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
-			"too many failed sign-ins; try again later")
-		return
+		return problem.New(http.StatusTooManyRequests, "too-many-failures", "too many failed sign-ins; try again later").Retry(int(wait.Seconds() + 0.999))
 	}
 	hash, err := s.Accounts.PasswordHash(r.Context(), body.User)
 	if err != nil && !errors.Is(err, registry.ErrUnauthenticated) {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	ok := false
 	herr := s.hashing(r.Context(), func() {
@@ -209,26 +203,25 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	if herr != nil {
-		return // the client went away
+		return nil // the client went away
 	}
 	if !ok {
-		problem.Write(w, http.StatusUnauthorized, "wrong-password", "wrong user name or password")
-		return
+		return problem.New(http.StatusUnauthorized, "wrong-password", "wrong user name or password")
 	}
 	for _, r := range reserved { // a success costs nothing
 		r.Cancel()
 	}
-	s.startSession(w, r, body.User)
+	return s.startSession(w, r, body.User)
 }
 
-func (s *Server) startSession(w http.ResponseWriter, r *http.Request, user string) {
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, user string) error {
 	token, err := s.Accounts.CreateSession(r.Context(), user, r.UserAgent(), s.sessionTTL())
 	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	s.setSession(w, r, token, s.sessionTTL())
 	writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
+	return nil
 }
 
 // dummyHash is a hash of nothing anyone knows, with the current parameters.
@@ -239,99 +232,90 @@ func (s *Server) dummyHash() string {
 	return s.dummy
 }
 
-func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
-	if !authBody(w, r, nil) {
-		return
+func (s *Server) signOut(w http.ResponseWriter, r *http.Request) error {
+	if err := authBody(w, r, nil); err != nil {
+		return err
 	}
 	if session, _ := credentials(r); session != "" {
 		err := s.Accounts.DeleteSession(r.Context(), session)
 		s.Credentials.ForgetSession(session)
 		if err != nil {
-			problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-			return
+			return registryDown(err)
 		}
 	}
 	s.setSession(w, r, "", 0)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // signUp creates an account: with an invite (affido admin invite), or
 // without one when the operator turned open sign-up on.
-func (s *Server) signUp(w http.ResponseWriter, r *http.Request) {
+func (s *Server) signUp(w http.ResponseWriter, r *http.Request) error {
 	var body credentialsBody
-	if !authBody(w, r, &body) {
-		return
+	if err := authBody(w, r, &body); err != nil {
+		return err
 	}
 	if !sandboxapi.ValidUser(body.User) {
-		problem.Write(w, http.StatusBadRequest, "bad-user", "a user name is 1 to 64 letters, digits, _ or -")
-		return
+		return problem.New(http.StatusBadRequest, "bad-user", "a user name is 1 to 64 letters, digits, _ or -")
 	}
 	if body.Invite == "" && !s.OpenSignUp {
-		problem.Write(w, http.StatusForbidden, "sign-up-closed", "sign-up needs an invite from the operator (affido admin invite USER)")
-		return
+		return problem.New(http.StatusForbidden, "sign-up-closed", "sign-up needs an invite from the operator (affido admin invite USER)")
 	}
 	reserved, wait, allowed := reserveAll(limit{s.authThrottle(), sourceAddr(r)})
 	if !allowed {
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures", "too many failed attempts; try again later")
-		return
+		return problem.New(http.StatusTooManyRequests, "too-many-failures", "too many failed attempts; try again later").Retry(int(wait.Seconds() + 0.999))
 	}
 	var hash string
 	var err error
 	if herr := s.hashing(r.Context(), func() { hash, err = account.Hash(body.Password, s.hashParams()) }); herr != nil {
-		return
+		return nil
 	}
-	if errors.Is(err, account.ErrWeakPassword) {
-		problem.Write(w, http.StatusBadRequest, "bad-password", fmt.Sprintf("a password is %d to %d bytes", account.MinPassword, account.MaxPassword))
-		return
-	} else if err != nil {
-		problem.Write(w, http.StatusInternalServerError, "hash", err.Error())
-		return
+	if err != nil {
+		return fmt.Errorf("hash the password of %s: %w", body.User, err) // a weak password is the client's (fail)
 	}
 	err = s.Accounts.SignUp(r.Context(), body.User, hash, body.Invite, s.OpenSignUp)
 	switch {
-	case errors.Is(err, registry.ErrBadInvite): // the spent token stays spent
-		problem.Write(w, http.StatusForbidden, "bad-invite", "the invite is unknown, used, expired or for another user")
-		return
-	case errors.Is(err, registry.ErrUserExists):
-		problem.Write(w, http.StatusConflict, "user-exists", "that user name is taken")
-		return
+	case errors.Is(err, registry.ErrBadInvite), errors.Is(err, registry.ErrUserExists):
+		return err
 	case err != nil:
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	for _, r := range reserved {
 		r.Cancel()
 	}
-	s.startSession(w, r, body.User)
+	return s.startSession(w, r, body.User)
 }
 
 // owner authenticates a request to the owner's account routes.
-func (s *Server) owner(w http.ResponseWriter, r *http.Request) (string, bool) {
-	user, _, ok := s.authorize(w, r, "", r.Method, r.URL.Path)
-	return user, ok
+func (s *Server) owner(w http.ResponseWriter, r *http.Request) (string, error) {
+	user, _, err := s.authorize(w, r, "", r.Method, r.URL.Path)
+	return user, err
 }
 
-func (s *Server) me(w http.ResponseWriter, r *http.Request) {
-	if user, ok := s.owner(w, r); ok {
-		writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
+func (s *Server) me(w http.ResponseWriter, r *http.Request) error {
+	user, err := s.owner(w, r)
+	if err != nil {
+		return err
 	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
+	return nil
 }
 
 // ownerRead answers a read of the owner's own records: read gives the
 // body; any error of it is the registry's (503).
 func (s *Server) ownerRead(read func(r *http.Request, user string) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		user, ok := s.owner(w, r)
-		if !ok {
-			return
+	return s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		user, err := s.owner(w, r)
+		if err != nil {
+			return err
 		}
 		v, err := read(r, user)
 		if err != nil {
-			problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-			return
+			return registryDown(err)
 		}
 		writeJSONStatus(w, http.StatusOK, v)
-	}
+		return nil
+	})
 }
 
 func (s *Server) sessions(r *http.Request, user string) (any, error) {
@@ -347,10 +331,10 @@ func (s *Server) tokens(r *http.Request, user string) (any, error) {
 
 // createToken makes a named API token; the answer is the only time the
 // token is shown.
-func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.owner(w, r)
-	if !ok {
-		return
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
+	user, err := s.owner(w, r)
+	if err != nil {
+		return err
 	}
 	var body struct {
 		Name string `json:"name"`
@@ -358,46 +342,44 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || strings.TrimSpace(body.Name) == "" || len(body.Name) > 100 {
-		problem.Write(w, http.StatusBadRequest, "bad-token-name", `send {"name": "..."} (1 to 100 bytes)`)
-		return
+		return problem.New(http.StatusBadRequest, "bad-token-name", `send {"name": "..."} (1 to 100 bytes)`)
 	}
 	info, token, err := s.Accounts.CreateNamedToken(r.Context(), user, body.Name)
 	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	writeJSONStatus(w, http.StatusCreated, map[string]any{"id": info.ID, "name": info.Name, "created_at": info.CreatedAt,
 		"token": token, "note": "this is the only time the token is shown"})
+	return nil
 }
 
-func (s *Server) revokeSession(w http.ResponseWriter, r *http.Request) {
-	s.revoke(w, r, "session", s.Accounts.RevokeSession)
+func (s *Server) revokeSession(w http.ResponseWriter, r *http.Request) error {
+	return s.revoke(w, r, "session", s.Accounts.RevokeSession)
 }
 
-func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
-	s.revoke(w, r, "token", s.Accounts.RevokeToken)
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) error {
+	return s.revoke(w, r, "token", s.Accounts.RevokeToken)
 }
 
-func (s *Server) revoke(w http.ResponseWriter, r *http.Request, what string, del func(context.Context, string, int64) error) {
-	user, ok := s.owner(w, r)
-	if !ok {
-		return
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request, what string, del func(context.Context, string, int64) error) error {
+	user, err := s.owner(w, r)
+	if err != nil {
+		return err
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		problem.Write(w, http.StatusBadRequest, "bad-id", "an id is a positive integer")
-		return
+		return problem.New(http.StatusBadRequest, "bad-id", "an id is a positive integer")
 	}
 	err = del(r.Context(), user, id)
 	s.Credentials.ForgetUser(user) // even on an error: the delete may have committed
 	switch {
 	case errors.Is(err, registry.ErrNotFound):
-		problem.Write(w, http.StatusNotFound, "unknown-"+what, fmt.Sprintf("no %s %d", what, id))
+		return problem.Errorf(http.StatusNotFound, "unknown-"+what, "no %s %d", what, id)
 	case err != nil:
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-	default:
-		writeJSONStatus(w, http.StatusOK, map[string]any{"revoked": id})
+		return registryDown(err)
 	}
+	writeJSONStatus(w, http.StatusOK, map[string]any{"revoked": id})
+	return nil
 }
 
 func writeJSONStatus(w http.ResponseWriter, status int, v any) {

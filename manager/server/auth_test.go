@@ -193,8 +193,7 @@ func newAuthEnv(t *testing.T, open bool) *authEnv {
 	clock := newTestClock()
 	creds := NewCredentialCache(authEnvTTL)
 	creds.now = clock.Now
-	s := &Server{Auth: acc, Accounts: acc, Resolver: instantResolver{}, Credentials: creds, OpenSignUp: open, HashParams: cheap,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: acc, Resolver: instantResolver{}, Credentials: creds}, OwnerDeps: OwnerDeps{Accounts: acc, OpenSignUp: open, HashParams: cheap}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 	return &authEnv{s, srv, acc, clock}
@@ -280,7 +279,7 @@ func TestSignInSetsASafeCookie(t *testing.T) {
 	}
 	acc := newFakeAccounts()
 	acc.hashes["alice"], _ = account.Hash("right password", cheap)
-	secure := httptest.NewServer((&Server{Auth: acc, Accounts: acc, SecureCookies: true, HashParams: cheap, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	secure := httptest.NewServer((&Server{EdgeDeps: EdgeDeps{Auth: acc}, OwnerDeps: OwnerDeps{Accounts: acc, SecureCookies: true, HashParams: cheap}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
 	defer secure.Close()
 	resp, _ = do(t, secure, signIn("alice", "right password", nil))
 	if c := cookieOf(resp); c == nil || !c.Secure {
@@ -525,8 +524,7 @@ func TestOwnerSettings(t *testing.T) {
 	acc.hashes["alice"] = h
 	owners := &fakeOwners{url: map[string]string{}}
 	res := &fakeResolver{}
-	s := &Server{Auth: acc, Accounts: acc, Owners: owners, Resolver: res, HashParams: cheap,
-		URLCheck: outbound.NewGuard(outbound.Config{}), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: acc, Resolver: res}, OwnerDeps: OwnerDeps{Accounts: acc, Owners: owners, HashParams: cheap, URLCheck: outbound.NewGuard(outbound.Config{})}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	resp, _ := do(t, srv, signIn("alice", "right password", nil))

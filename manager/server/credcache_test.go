@@ -252,7 +252,7 @@ func clockedServer(ttl time.Duration) (*Server, *clockedAuth) {
 	if creds != nil {
 		creds.now = clock.Now
 	}
-	return &Server{Auth: auth, Resolver: instantResolver{}, Credentials: creds, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, auth
+	return &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: instantResolver{}, Credentials: creds}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, auth
 }
 
 // serve runs one resolve for user with the header h: v, from address from.

@@ -42,8 +42,7 @@ func TestPostgresTokenRevokeAndLastUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s := &Server{Auth: store, Accounts: store, Resolver: instantResolver{}, Credentials: NewCredentialCache(time.Minute),
-		TokenUse: NewTokenUse(store, log), HashParams: cheap, Log: log}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: store, Resolver: instantResolver{}, Credentials: NewCredentialCache(time.Minute), TokenUse: NewTokenUse(store, log)}, OwnerDeps: OwnerDeps{Accounts: store, HashParams: cheap}, Log: log}
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	e := &authEnv{s: s, srv: srv}

@@ -61,9 +61,7 @@ func BenchmarkResolveWarm(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			auth := &countingLookups{fakeAuth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-alice": "alice"}}}
-			s := &Server{Auth: auth, Resolver: instantResolver{}, Metrics: lifecycle.NewMetrics(func() map[string]int { return nil }),
-				Credentials: NewCredentialCache(time.Second), TokenUse: NewTokenUse(&touches{}, nil),
-				Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			s := &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: instantResolver{}, Metrics: lifecycle.NewMetrics(func() map[string]int { return nil }), Credentials: NewCredentialCache(time.Second), TokenUse: NewTokenUse(&touches{}, nil)}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			h := s.Handler()
 			newReq := func() *http.Request {
 				r := httptest.NewRequest("GET", "/v1/resolve?user=alice&path=/prompt", nil)

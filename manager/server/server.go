@@ -63,16 +63,50 @@ type SandboxAuth interface {
 	SandboxForToken(ctx context.Context, token string) (registry.Sandbox, error)
 }
 
-// Server holds the handlers' dependencies.
+// Server is the manager's public HTTP edge. Its dependencies come in three
+// groups, one per area it serves; the handlers reach them as s.Auth,
+// s.Provider, s.Accounts and so on.
 type Server struct {
+	EdgeDeps
+	GatewayDeps
+	OwnerDeps
+	Log *slog.Logger
+
+	throttleOnce     sync.Once
+	throttle         *authThrottle
+	resolveObservers sync.Map // result -> prometheus.Observer
+	signInState
+}
+
+// EdgeDeps serve forward_auth (/v1/resolve), /healthz and /metrics.
+type EdgeDeps struct {
 	Auth     Authenticator
 	Resolver Resolver
 	Health   Health
-	Gateway  SandboxAuth
 	Metrics  *lifecycle.Metrics
+	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
+	AuthTimeout time.Duration
+	// Credentials caches what Auth answers (AFFIDO_AUTH_CACHE_TTL); nil
+	// asks Auth every time. TokenUse records API token use for a batched
+	// write; nil records none.
+	Credentials *CredentialCache
+	TokenUse    *TokenUse
+}
+
+// GatewayDeps serve the routes sandboxes reach through Caddy's gateway
+// listener: models, web tools, the marketplace, notifications and wake
+// reports.
+type GatewayDeps struct {
+	Gateway SandboxAuth
 	// Provider answers the gateway's chat completions (fake or openrouter).
 	Provider gateway.Provider
 	Usage    gateway.UsageRecorder
+	// Spend control of the gateway (see gateway.Handler); SpendLimits are
+	// also the defaults the owner's /api/spend shows.
+	Prices      map[string]spend.Price
+	FreeModels  map[string]bool
+	Ledger      spend.Ledger
+	SpendLimits spend.Limits
 	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
 	Notifications interface {
 		// EnqueueNotification stores a notification once per key; with max
@@ -80,16 +114,8 @@ type Server struct {
 		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error)
 	}
 	Kick func()
-	// Spend control of the gateway (see gateway.Handler) and the owner's
-	// view of it (/api/spend).
-	Prices      map[string]spend.Price
-	FreeModels  map[string]bool
-	Ledger      spend.Ledger
-	SpendLimits spend.Limits
-	SpendOwner  interface {
-		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
-		AllowAnotherDay(ctx context.Context, user string) error
-	}
+	// NotifyQueueMax caps a user's pending notifications (default 100).
+	NotifyQueueMax int
 	// Wakes keeps each agent's reported next due time.
 	Wakes interface {
 		ReportWake(ctx context.Context, user string, at *time.Time) error
@@ -100,17 +126,11 @@ type Server struct {
 	Search      gateway.Searcher
 	// MarketplaceDir holds the built marketplace served to sandboxes.
 	MarketplaceDir string
-	Log            *slog.Logger
-	// AuthTimeout bounds credential lookups so a Postgres outage answers 503 quickly.
-	AuthTimeout time.Duration
-	// Credentials caches what Auth answers (AFFIDO_AUTH_CACHE_TTL); nil
-	// asks Auth every time. TokenUse records API token use for a batched
-	// write; nil records none.
-	Credentials *CredentialCache
-	TokenUse    *TokenUse
-	// NotifyQueueMax caps a user's pending notifications (default 100).
-	NotifyQueueMax int
+}
 
+// OwnerDeps serve the owner's routes: sign-in and sign-up, sessions and
+// API tokens, the sandbox and notification settings, spend.
+type OwnerDeps struct {
 	// Accounts, if set, serves sign-in, sign-up and the owner's sessions
 	// and API tokens; OpenSignUp lets anyone sign up without an invite.
 	Accounts   Accounts
@@ -121,11 +141,11 @@ type Server struct {
 	SecureCookies bool
 	SessionTTL    time.Duration  // default DefaultSessionTTL
 	HashParams    account.Params // default account.DefaultParams
-
-	throttleOnce     sync.Once
-	throttle         *authThrottle
-	resolveObservers sync.Map // result -> prometheus.Observer
-	signInState
+	// SpendOwner is the owner's view of spend (/api/spend), served with a Provider.
+	SpendOwner interface {
+		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
+		AllowAnotherDay(ctx context.Context, user string) error
+	}
 }
 
 // Failed authentications per source address: 20 at once, then one more
@@ -143,14 +163,14 @@ func (s *Server) authThrottle() *authThrottle {
 // Handler returns the public handler (reached from Caddy on the control network).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/resolve", s.resolve)
-	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /v1/resolve", s.serve(s.resolve))
+	mux.HandleFunc("GET /healthz", s.serve(s.healthz))
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.WhoamiPath, s.whoami)
-	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.NotifyPath, s.notify)
-	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.WakeAtPath, s.wakeAt)
+	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.WhoamiPath, s.serve(s.whoami))
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.NotifyPath, s.serve(s.notify))
+	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.WakeAtPath, s.serve(s.wakeAt))
 	if s.FetchClient != nil {
 		search := s.Search
 		if search == nil {
@@ -164,12 +184,12 @@ func (s *Server) Handler() http.Handler {
 	if s.Provider != nil {
 		(&gateway.Handler{Caller: s.caller, Provider: s.Provider, Usage: s.Usage, Log: s.Log,
 			Prices: s.Prices, Free: s.FreeModels, Ledger: s.Ledger, Limits: s.SpendLimits, OnLimit: s.spendLimitReached}).Register(mux)
-		mux.HandleFunc("GET /api/spend", s.spendReport)
-		mux.HandleFunc("POST /api/spend/another-day", s.anotherDay)
+		mux.HandleFunc("GET /api/spend", s.serve(s.spendReport))
+		mux.HandleFunc("POST /api/spend/another-day", s.serve(s.anotherDay))
 	}
-	mux.HandleFunc(gatewayapi.Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusNotFound, "not-found", "no such gateway route")
-	})
+	mux.HandleFunc(gatewayapi.Prefix+"/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		return problem.New(http.StatusNotFound, "not-found", "no such gateway route")
+	}))
 	if s.Accounts != nil {
 		s.authRoutes(mux)
 		if s.Owners != nil {
@@ -179,16 +199,16 @@ func (s *Server) Handler() http.Handler {
 	} else {
 		mux.HandleFunc("GET /app/", s.app)
 	}
-	mux.HandleFunc("/auth/", notFound)
-	mux.HandleFunc("/api/", notFound)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, http.StatusNotFound, "not-found", "no such route")
-	})
+	mux.HandleFunc("/auth/", s.serve(notFound))
+	mux.HandleFunc("/api/", s.serve(notFound))
+	mux.HandleFunc("/", s.serve(func(w http.ResponseWriter, r *http.Request) error {
+		return problem.New(http.StatusNotFound, "not-found", "no such route")
+	}))
 	return mux
 }
 
-func notFound(w http.ResponseWriter, r *http.Request) {
-	problem.Write(w, http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
+func notFound(w http.ResponseWriter, r *http.Request) error {
+	return problem.New(http.StatusNotFound, "not-found", "no such route: "+r.Method+" "+r.URL.Path)
 }
 
 // app answers /app/ when there are no accounts to sign in with (tests).
@@ -262,7 +282,7 @@ func (w webSessions) UserForSession(ctx context.Context, token string) (string, 
 // resolve is Caddy's forward_auth target. The user id comes only from the
 // query Caddy builds from the cleaned path; X-Forwarded-Uri and any client
 // X-Sandbox-Endpoint are ignored. Only a 200 carries an endpoint.
-func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	result := "ok"
 	defer func() { s.observeResolve(result, time.Since(start)) }()
@@ -270,33 +290,29 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	user, path := q.Get("user"), q.Get("path")
 	if !sandboxapi.ValidUser(user) {
 		result = "bad_request"
-		problem.Write(w, http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
-		return
+		return problem.New(http.StatusBadRequest, "bad-user-id", "user ids are 1 to 64 characters of A-Z, a-z, 0-9, _ and -")
 	}
-	var ok bool
-	if _, result, ok = s.authorize(w, r, user, forwardedMethod(r), path); !ok {
-		return
+	var err error
+	if _, result, err = s.authorize(w, r, user, forwardedMethod(r), path); err != nil {
+		return err
 	}
 	ep, err := s.Resolver.Resolve(r.Context(), user, sandboxapi.Activating(path))
 	var queued *lifecycle.QueuedError
 	switch {
 	case errors.Is(err, lifecycle.ErrCapacity):
 		result = "capacity"
-		problem.RetryAfter(w, http.StatusTooManyRequests, 5, "over-capacity", "every sandbox slot is busy; try again shortly")
-		return
+		return problem.New(http.StatusTooManyRequests, "over-capacity", "every sandbox slot is busy; try again shortly").Retry(5)
 	case errors.As(err, &queued):
 		result = "queued"
-		problem.RetryAfter(w, http.StatusServiceUnavailable, int(queued.RetryAfter.Seconds()+0.999), "sandbox-starting",
-			"your sandbox is being started; it goes on, so ask again after Retry-After seconds")
-		return
+		return problem.New(http.StatusServiceUnavailable, "sandbox-starting", "your sandbox is being started; it goes on, so ask again after Retry-After seconds").Retry(int(queued.RetryAfter.Seconds() + 0.999))
 	case err != nil:
 		result = "unavailable"
-		s.Log.Error("resolve: sandbox", "user", user, "err", err)
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "sandbox-unavailable", "the sandbox could not be started; try again shortly")
-		return
+		return problem.New(http.StatusServiceUnavailable, "sandbox-unavailable", "the sandbox could not be started; try again shortly").Retry(2).
+			Because(fmt.Errorf("resolve the sandbox of %s: %w", user, err))
 	}
 	w.Header().Set(EndpointHeader, ep.String())
 	w.WriteHeader(http.StatusOK)
+	return nil
 }
 
 // observeResolve records one resolve's latency by result; the observer of
@@ -315,58 +331,52 @@ func (s *Server) observeResolve(result string, d time.Duration) {
 // authorize authenticates r (the session cookie or an API token), for
 // user's resources or, with user "", anyone's. It applies the failed-auth
 // throttle and, to a write (method) authenticated by the cookie, the
-// cross-site rule; it answers every refusal itself. result names the
-// outcome for the resolve metric ("ok" when ok).
+// cross-site rule; it returns every refusal as a problem. result names the
+// outcome for the resolve metric ("ok" when err is nil).
 //
 // Only forward_auth (user set) takes the credential cache's answer. The
 // account routes (user "") always ask Postgres: a credential revoked in
 // another manager, still cached here, must not mint a token or session
 // that outlives it, nor read or change the owner's settings.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, ok bool) {
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, err error) {
 	src := sourceAddr(r)
 	if wait, blocked := s.authThrottle().blocked(src); blocked {
-		problem.RetryAfter(w, http.StatusTooManyRequests, int(wait.Seconds()+0.999), "too-many-failures",
-			"too many failed authentications from this address; try again later")
-		return "", "throttled", false
+		return "", "throttled", problem.New(http.StatusTooManyRequests, "too-many-failures",
+			"too many failed authentications from this address; try again later").Retry(int(wait.Seconds() + 0.999))
 	}
 	session, bearer := credentials(r)
-	owner, err := s.authenticate(r.Context(), session, bearer, user == "")
+	owner, err = s.authenticate(r.Context(), session, bearer, user == "")
 	switch {
 	case errors.Is(err, registry.ErrUnauthenticated):
 		s.authThrottle().failed(src)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
-		problem.Write(w, http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
-		return "", "unauthenticated", false
+		return "", "unauthenticated", problem.New(http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
 	case err != nil:
-		s.Log.Error("authenticate", "user", user, "path", r.URL.Path, "err", err)
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable; try again shortly")
-		return "", "unavailable", false
+		return "", "unavailable", problem.New(http.StatusServiceUnavailable, "unavailable", "the registry is unavailable; try again shortly").Retry(2).
+			Because(fmt.Errorf("authenticate for %q: %w", user, err))
 	case user != "" && owner != user:
-		problem.Write(w, http.StatusForbidden, "forbidden", "these credentials belong to another user")
-		return "", "forbidden", false
+		return "", "forbidden", problem.New(http.StatusForbidden, "forbidden", "these credentials belong to another user")
 	}
 	if bearer == "" {
 		if err := checkCookieWrite(r, method, path); err != nil {
-			problem.Write(w, http.StatusForbidden, "cross-site", err.Error())
-			return "", "cross_site", false
+			return "", "cross_site", err
 		}
 	}
-	return owner, "ok", true
+	return owner, "ok", nil
 }
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	if err := s.Health.Ping(ctx); err != nil {
-		problem.Write(w, http.StatusServiceUnavailable, "unhealthy", "postgres: "+err.Error())
-		return
+		return problem.New(http.StatusServiceUnavailable, "unhealthy", "postgres does not answer").Because(err)
 	}
 	if !s.Health.EventsUp() {
-		problem.Write(w, http.StatusServiceUnavailable, "unhealthy", "docker event stream is down")
-		return
+		return problem.New(http.StatusServiceUnavailable, "unhealthy", "docker event stream is down")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	return nil
 }
 
 // sandboxOf authenticates a gateway call: the bearer token must be a
@@ -396,62 +406,55 @@ func (s *Server) caller(r *http.Request) (string, int, string) {
 	return sb.UserID, status, why
 }
 
-func (s *Server) whoami(w http.ResponseWriter, r *http.Request) {
+func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 	sb, status, why := s.sandboxOf(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
-		return
+		return problem.New(status, "gateway-auth", why)
 	}
 	writeJSONStatus(w, http.StatusOK, gatewayapi.Whoami{User: sb.UserID})
+	return nil
 }
 
 // wakeAt takes an agent's report of its next due time.
-func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) {
+func (s *Server) wakeAt(w http.ResponseWriter, r *http.Request) error {
 	user, status, why := s.caller(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
-		return
+		return problem.New(status, "gateway-auth", why)
 	}
 	var body gatewayapi.WakeAt
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
-		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
-		return
+		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
 	if s.Wakes == nil {
-		problem.Write(w, http.StatusNotFound, "not-found", "wake reports are not configured")
-		return
+		return problem.New(http.StatusNotFound, "not-found", "wake reports are not configured")
 	}
 	if err := s.Wakes.ReportWake(r.Context(), user, body.At); err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // notify takes a notification from a sandbox (a reminder that fired) and
 // queues it for delivery; the same key twice is stored once.
-func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
+func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	user, status, why := s.caller(r)
 	if status != 0 {
-		problem.Write(w, status, "gateway-auth", why)
-		return
+		return problem.New(status, "gateway-auth", why)
 	}
 	var body gatewayapi.Notification
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err := dec.Decode(&body); err != nil {
-		problem.Write(w, http.StatusBadRequest, "bad-json", err.Error())
-		return
+		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
 	if !body.Valid() {
-		problem.Write(w, http.StatusBadRequest, gatewayapi.ProblemBadNotification,
-			fmt.Sprintf("key (1-%d bytes) and text (1-%d bytes) are required", gatewayapi.MaxNotifyKey, gatewayapi.MaxNotifyText))
-		return
+		return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification,
+			"key (1-%d bytes) and text (1-%d bytes) are required", gatewayapi.MaxNotifyKey, gatewayapi.MaxNotifyText)
 	}
 	if s.Notifications == nil {
-		problem.Write(w, http.StatusNotFound, "not-found", "notifications are not configured")
-		return
+		return problem.New(http.StatusNotFound, "not-found", "notifications are not configured")
 	}
 	max := s.NotifyQueueMax
 	if max <= 0 {
@@ -459,16 +462,14 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	}
 	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt, max)
 	if errors.Is(err, registry.ErrQueueFull) {
-		problem.RetryAfter(w, http.StatusTooManyRequests, 60, gatewayapi.ProblemQueueFull,
-			fmt.Sprintf("%d notifications are already waiting to be delivered", max))
-		return
+		return problem.Errorf(http.StatusTooManyRequests, gatewayapi.ProblemQueueFull, "%d notifications are already waiting to be delivered", max).Retry(60)
 	}
 	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	if s.Kick != nil {
 		s.Kick()
 	}
 	writeJSONStatus(w, http.StatusAccepted, gatewayapi.Queued{Key: body.Key, Queued: created})
+	return nil
 }

@@ -103,7 +103,7 @@ func TestResolveDecisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := &fakeResolver{err: tt.resolveErr}
-			s := &Server{Auth: tt.auth, Resolver: res, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			s := &Server{EdgeDeps: EdgeDeps{Auth: tt.auth, Resolver: res}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			req := httptest.NewRequest("GET", "/v1/resolve?"+tt.query, nil)
 			req.Header.Set(EndpointHeader, "10.213.0.99:8080") // a client's forged header, cloned by forward_auth
 			for k, v := range tt.hdr {
@@ -146,7 +146,7 @@ func cookieWrite(m string, hdr map[string]string) map[string]string {
 
 func TestResolvePassesActivity(t *testing.T) {
 	res := &fakeResolver{}
-	s := &Server{Auth: fakeAuth{tokens: map[string]string{"t": "u"}}, Resolver: res, Log: slog.Default()}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: fakeAuth{tokens: map[string]string{"t": "u"}}, Resolver: res}, Log: slog.Default()}
 	for _, path := range []string{"/health", "/prompt"} {
 		req := httptest.NewRequest("GET", "/v1/resolve?user=u&path="+path, nil)
 		req.Header.Set("Authorization", "Bearer t")
@@ -183,7 +183,7 @@ func (c countingAuth) UserForAPIToken(ctx context.Context, tok string) (string, 
 func TestFailedAuthenticationsAreThrottledPerAddress(t *testing.T) {
 	lookups := 0
 	auth := countingAuth{fakeAuth{tokens: map[string]string{"t-bob": "bob"}}, &lookups}
-	s := &Server{Auth: auth, Resolver: &fakeResolver{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: &fakeResolver{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	call := func(from, tok string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/v1/resolve?user=bob&path=/health", nil)
@@ -228,7 +228,7 @@ func (okSandbox) SandboxForToken(context.Context, string) (registry.Sandbox, err
 // A sandbox cannot queue notifications without end: past the cap it gets
 // 429 with Retry-After.
 func TestNotificationQueueFullIs429(t *testing.T) {
-	s := &Server{Gateway: okSandbox{}, Notifications: fullQueue{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{GatewayDeps: GatewayDeps{Gateway: okSandbox{}, Notifications: fullQueue{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	req := httptest.NewRequest("POST", "/v1/gateway/notify", strings.NewReader(`{"key":"k","text":"hi"}`))
 	req.Header.Set("Authorization", "Bearer sb")
 	req.Header.Set(SourceIPHeader, "10.213.0.2")
@@ -257,9 +257,9 @@ func (f *fakeSpendOwner) AllowAnotherDay(_ context.Context, user string) error {
 // The owner's spend routes: authenticated like /u/<id>/…, cookie writes
 // only same-origin JSON, another day once.
 func TestSpendRoutes(t *testing.T) {
-	s := &Server{Auth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-bob": "bob"}},
-		Provider: scripted.NewModel([]string{"fake/echo"}), SpendOwner: &fakeSpendOwner{raised: map[string]bool{}},
-		SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-bob": "bob"}}},
+		GatewayDeps: GatewayDeps{Provider: scripted.NewModel([]string{"fake/echo"}), SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7}},
+		OwnerDeps:   OwnerDeps{SpendOwner: &fakeSpendOwner{raised: map[string]bool{}}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	do := func(method, path string, hdr map[string]string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, nil)

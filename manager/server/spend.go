@@ -14,49 +14,47 @@ import (
 
 // spendOwner authenticates the owner of a spend route (the manager's own
 // routes get the method as the client sent it), which needs the ledger.
-func (s *Server) spendOwner(w http.ResponseWriter, r *http.Request) (string, bool) {
+func (s *Server) spendOwner(w http.ResponseWriter, r *http.Request) (string, error) {
 	if s.SpendOwner == nil {
-		problem.Write(w, http.StatusNotFound, "not-found", "spend is not tracked here")
-		return "", false
+		return "", problem.New(http.StatusNotFound, "not-found", "spend is not tracked here")
 	}
-	user, _, ok := s.authorize(w, r, "", r.Method, r.URL.Path)
-	return user, ok
+	user, _, err := s.authorize(w, r, "", r.Method, r.URL.Path)
+	return user, err
 }
 
 // spendReport answers GET /api/spend: today's and this month's spend by
 // model, and the limits, in micro-dollars.
-func (s *Server) spendReport(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.spendOwner(w, r)
-	if !ok {
-		return
+func (s *Server) spendReport(w http.ResponseWriter, r *http.Request) error {
+	user, err := s.spendOwner(w, r)
+	if err != nil {
+		return err
 	}
 	rep, err := s.SpendOwner.Spend(r.Context(), user, s.SpendLimits)
 	if err != nil {
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(rep)
+	return nil
 }
 
 // anotherDay answers POST /api/spend/another-day: today's limit doubles,
 // once a day (409 the second time).
-func (s *Server) anotherDay(w http.ResponseWriter, r *http.Request) {
-	user, ok := s.spendOwner(w, r)
-	if !ok {
-		return
+func (s *Server) anotherDay(w http.ResponseWriter, r *http.Request) error {
+	user, err := s.spendOwner(w, r)
+	if err != nil {
+		return err
 	}
-	err := s.SpendOwner.AllowAnotherDay(r.Context(), user)
+	err = s.SpendOwner.AllowAnotherDay(r.Context(), user)
 	switch {
 	case errors.Is(err, spend.ErrAlreadyRaised):
-		problem.Write(w, http.StatusConflict, "already-raised", "today's limit was raised once already; it resets tomorrow")
-		return
+		return err
 	case err != nil:
-		problem.RetryAfter(w, http.StatusServiceUnavailable, 2, "unavailable", "the registry is unavailable")
-		return
+		return registryDown(err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"another_day_allowed_today": true})
+	return nil
 }
 
 // spendLimitReached tells the owner, once a day, that a call was refused

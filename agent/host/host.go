@@ -1,0 +1,175 @@
+// Package host hosts the named agents of one sandbox. It opens their
+// storage (each agent's harness over a database of its own) on first use
+// and closes it on pause, keeps the board of their next due times, delivers
+// messages between them (agents.Hub), changes the registry of agents, and
+// keeps the status cache a sandbox with closed storage answers from. It
+// speaks no HTTP: agent/server is the API in front of it.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/affido/affido/agent/agents"
+	"github.com/affido/affido/agent/citations"
+	"github.com/affido/affido/agent/corpus"
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/policy"
+)
+
+// Config is what the host needs.
+type Config struct {
+	// User is whom the sandbox belongs to now ("" before the claim), for
+	// the status cache.
+	User         func() string
+	SessionDB    string // main's database; its directory also holds the status cache and the other agents' storage
+	Model        durable.Model
+	DefaultModel string
+	Harness      durable.Options // Model and DefaultModel are filled from above
+	Log          *slog.Logger
+	// Corpus holds the owner's documents: an owner agent's corpus_search
+	// and citation gate read it.
+	Corpus *corpus.Corpus
+	// WorkerTools and WorkerSystem are the worker agent's tools (web tools:
+	// none of the owner's data) and system prompt.
+	WorkerTools  []durable.Tool
+	WorkerSystem string
+	// OnApproval returns tasks to commit with a new approval of agent
+	// (the owner's notification).
+	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task
+	// MessageTimeout bounds how long send_message and delegate wait for a
+	// reply (default 10 min).
+	MessageTimeout time.Duration
+}
+
+// Errors the host's callers branch on.
+var (
+	// ErrUnavailable wraps the error of storage that does not open.
+	ErrUnavailable = errors.New("the session database could not be opened")
+	// ErrClosedMeanwhile is returned by a change of the registry when
+	// storage closed between opening it and taking the lock; try again.
+	ErrClosedMeanwhile = errors.New("storage closed meanwhile; try again")
+)
+
+// Host hosts the sandbox's agents.
+type Host struct {
+	cfg      Config
+	tools    []durable.Tool // an owner agent's tools: the configured ones and corpus_search
+	registry agents.Registry
+	deltas   deltaHub // replies as they stream, to the subscribers
+
+	// mu is held while storage opens or closes (all agents at once) and
+	// guards wakeTimer. rtMu guards rts alone, so a tool delivering a
+	// message never waits on mu, which a closing harness's steps would.
+	mu        sync.Mutex
+	wakeTimer *time.Timer
+	closing   atomic.Bool
+	rtMu      sync.RWMutex
+	rts       map[string]*Runtime // by agent name; nil while storage is closed
+
+	dues dueBoard
+}
+
+var _ agents.Hub = (*Host)(nil)
+
+// New returns a host. If the status cache says storage was open when the
+// process last stopped (a crash), storage opens at once so unfinished work
+// resumes without waiting for a request.
+func New(cfg Config) *Host {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.User == nil {
+		cfg.User = func() string { return "" }
+	}
+	if cfg.Corpus == nil {
+		cfg.Corpus = &corpus.Corpus{Dir: filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")}
+	}
+	if cfg.MessageTimeout <= 0 {
+		cfg.MessageTimeout = 10 * time.Minute
+	}
+	s := &Host{cfg: cfg}
+	s.tools = append(append([]durable.Tool(nil), cfg.Harness.Tools...), citations.Tool(cfg.Corpus))
+	s.dues.report = cfg.Harness.OnScheduled
+	if st, err := s.readStatus(); err == nil && st.StorageOpen {
+		if _, err := s.storage(context.Background(), agents.Main); err != nil {
+			cfg.Log.Error("reopen storage after an unclean stop", "err", err)
+		}
+	}
+	return s
+}
+
+// Runtime returns the runtime of the agent called name, opening every
+// agent's storage first if it is closed: agents.ErrNoAgent for no such
+// agent, an error wrapping ErrUnavailable when storage does not open.
+func (s *Host) Runtime(ctx context.Context, name string) (*Runtime, error) {
+	rt, err := s.storage(ctx, name)
+	if err != nil && !errors.Is(err, agents.ErrNoAgent) {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return rt, err
+}
+
+// storage returns the runtime of the agent called name, opening every
+// agent's storage first if it is closed (agents.ErrNoAgent for no such agent).
+func (s *Host) storage(ctx context.Context, name string) (*Runtime, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runtimes() == nil {
+		if err := s.openAll(ctx); err != nil {
+			return nil, err
+		}
+	}
+	rt := s.runtimes()[name]
+	if rt == nil {
+		return nil, fmt.Errorf("agent %q: %w", name, agents.ErrNoAgent)
+	}
+	return rt, nil
+}
+
+// closeStorage closes every agent's harness and records the status cache;
+// it returns the next due time of the work they leave behind. Caller holds s.mu.
+func (s *Host) closeStorage(ctx context.Context) (time.Time, error) {
+	rts := s.runtimes()
+	if rts == nil {
+		st, _ := s.readStatus()
+		if st.NextWakeAt != nil {
+			return *st.NextWakeAt, nil
+		}
+		return time.Time{}, nil
+	}
+	due, err := s.nextDueAt(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s.writeStatus(ctx, true) // counts while still open
+	s.closing.Store(true)
+	defer s.closing.Store(false)
+	var errs []error
+	for _, rt := range rts {
+		if err := rt.Harness.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close agent %s: %w", rt.Agent.Name, err))
+		}
+	}
+	s.setRuntimes(nil)
+	s.writeStatus(ctx, false)
+	if err := errors.Join(errs...); err != nil {
+		return time.Time{}, err
+	}
+	s.cfg.Log.Info("storage closed")
+	return due, nil
+}
+
+// Close closes storage (on shutdown).
+func (s *Host) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.closeStorage(context.Background())
+	return err
+}

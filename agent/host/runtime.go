@@ -1,0 +1,198 @@
+package host
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/affido/affido/agent/agents"
+	"github.com/affido/affido/agent/citations"
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/policy"
+)
+
+// Runtime is one named agent's open storage: its harness over a database
+// of its own, and the rules its tool calls are judged by.
+type Runtime struct {
+	Agent   agents.Agent
+	Harness *durable.Harness
+	Book    *policy.Book
+}
+
+func (s *Host) runtimes() map[string]*Runtime {
+	s.rtMu.RLock()
+	defer s.rtMu.RUnlock()
+	return s.rts
+}
+
+func (s *Host) setRuntimes(m map[string]*Runtime) {
+	s.rtMu.Lock()
+	s.rts = m
+	s.rtMu.Unlock()
+}
+
+// swap changes the open runtimes under rtMu. Caller holds s.mu.
+func (s *Host) swap(change func(map[string]*Runtime)) {
+	s.rtMu.Lock()
+	defer s.rtMu.Unlock()
+	m := make(map[string]*Runtime, len(s.rts)+1)
+	for k, v := range s.rts {
+		m[k] = v
+	}
+	change(m)
+	s.rts = m
+}
+
+// dbPath is where agent a's session database lives: main's where it always
+// was, every other agent's in a directory of its own under agents/.
+func (s *Host) dbPath(a agents.Agent) string {
+	if a.ID == agents.Main {
+		return s.cfg.SessionDB
+	}
+	return filepath.Join(s.agentsDir(), a.ID, "session.db")
+}
+
+func (s *Host) agentsDir() string { return filepath.Join(filepath.Dir(s.cfg.SessionDB), "agents") }
+
+// openAll opens main's storage, reads the registry there, then opens every
+// other agent's and removes the storage of agents no longer registered
+// (deleted just before a crash). Caller holds s.mu.
+func (s *Host) openAll(ctx context.Context) error {
+	if s.wakeTimer != nil {
+		s.wakeTimer.Stop()
+		s.wakeTimer = nil
+	}
+	main, err := s.openAgent(ctx, agents.Agent{Name: agents.Main, ID: agents.Main, Kind: agents.KindOwner})
+	if err != nil {
+		return err
+	}
+	list, err := s.registry.List(ctx, main.Harness.Store())
+	if err != nil {
+		main.Harness.Close()
+		return err
+	}
+	rts := map[string]*Runtime{}
+	closeAll := func() {
+		for _, rt := range rts {
+			rt.Harness.Close()
+		}
+	}
+	for _, a := range list {
+		if a.ID == agents.Main && a.Model == "" && a.CompactTokens == 0 {
+			main.Agent = a
+			rts[a.Name] = main
+			continue
+		}
+		if a.ID == agents.Main { // main with settings of its own
+			main.Harness.Close()
+		}
+		rt, err := s.openAgent(ctx, a)
+		switch {
+		case err != nil && a.ID == agents.Main:
+			closeAll()
+			return fmt.Errorf("open agent %s: %w", a.Name, err)
+		case err != nil:
+			// One agent's storage failing must not take the others (or the
+			// route that deletes it) down with it: its routes answer 404.
+			s.cfg.Log.Error("open agent: it stays closed", "agent", a.Name, "err", err)
+			continue
+		}
+		rts[a.Name] = rt
+	}
+	s.removeUnregistered(list)
+	// Published before anything runs: a replayed send_message finds its receiver.
+	s.setRuntimes(rts)
+	for _, rt := range rts {
+		if err := rt.Harness.Resume(); err != nil {
+			s.setRuntimes(nil)
+			closeAll()
+			return err
+		}
+	}
+	s.writeStatus(ctx, true)
+	s.cfg.Log.Info("storage opened", "db", s.cfg.SessionDB, "agents", len(rts))
+	return nil
+}
+
+// removeUnregistered removes agent directories the registry does not name.
+func (s *Host) removeUnregistered(list []agents.Agent) {
+	dirs, err := os.ReadDir(s.agentsDir())
+	if err != nil {
+		return
+	}
+	for _, d := range dirs {
+		if !slices.ContainsFunc(list, func(a agents.Agent) bool { return a.ID == d.Name() }) {
+			if err := os.RemoveAll(filepath.Join(s.agentsDir(), d.Name())); err != nil {
+				s.cfg.Log.Error("remove a deleted agent's storage", "id", d.Name(), "err", err)
+			}
+		}
+	}
+}
+
+// openAgent opens agent a's store and harness (not yet resumed).
+func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) {
+	path := s.dbPath(a)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("make the storage of agent %s: %w", a.Name, err)
+	}
+	db, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	store, err := durable.OpenStore(ctx, db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	opts := s.harnessOptions(a)
+	rt := &Runtime{Agent: a, Book: &policy.Book{Tools: opts.Tools, HoldsNoOwnerData: a.Kind == agents.KindWorker}}
+	opts.Policy = rt.Book
+	if s.cfg.OnApproval != nil {
+		opts.OnApproval = func(ap durable.Approval) []durable.Task {
+			var proposal *policy.Rule
+			if r, err := rt.Book.Proposal(ap); err == nil {
+				proposal = &r
+			}
+			return s.cfg.OnApproval(a.Name, ap, proposal)
+		}
+	}
+	h, err := durable.Open(ctx, store, opts)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	rt.Harness = h
+	return rt, nil
+}
+
+// harnessOptions are agent a's: an owner agent has the owner's tools plus
+// send_message and delegate; the worker has the web tools alone.
+func (s *Host) harnessOptions(a agents.Agent) durable.Options {
+	opts := s.cfg.Harness
+	opts.Model, opts.Log = s.cfg.Model, s.cfg.Log.With("agent", a.Name)
+	opts.DefaultModel = cmp.Or(a.Model, s.cfg.DefaultModel)
+	switch a.Kind {
+	case agents.KindWorker:
+		opts.Tools, opts.System = s.cfg.WorkerTools, cmp.Or(s.cfg.WorkerSystem, opts.System)
+	default:
+		opts.Tools = append(slices.Clone(s.tools), agents.SendMessage(a, s), agents.Delegate(a, s))
+		opts.Gate = citations.Gate(s.cfg.Corpus)
+		// A reply that must carry verified citations is shown once it passed.
+		opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }
+	}
+	if n := a.CompactTokens; n > 0 {
+		opts.Compaction.Threshold = n
+		if opts.Compaction.HardCap > 0 && opts.Compaction.HardCap < n {
+			opts.Compaction.HardCap = n * 85 / 60 // the sandbox's ratio of cap to threshold
+		}
+	}
+	id := a.ID
+	opts.OnDelta = func(conv, run int64, text string) { s.deltas.publish(id, conv, run, text) }
+	opts.OnScheduled = func(at time.Time) { s.dues.set(id, at) }
+	return opts
+}
