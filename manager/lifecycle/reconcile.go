@@ -149,8 +149,10 @@ func (m *Manager) take(ctx context.Context, b *box, s step) {
 		_, err = m.goDown(ctx, b, Stopped, causeIdle)
 	case stepRemove:
 		_, err = m.goDown(ctx, b, Removed, causeIdle)
-	case stepWake: // after a look; the next reconcile starts it
-		m.queue(b.user)
+	case stepWake:
+		// After a look: the next scan starts it. Not queued at once, so a
+		// wake that keeps failing (no room at capacity) is retried once a
+		// Tick, not in a tight loop.
 	}
 	if err != nil {
 		m.log.Warn("idle tier", "user", b.user, "step", s.String(), "err", err)
