@@ -122,3 +122,28 @@ func countAudits(r *rig, prefix string) int {
 	}
 	return n
 }
+
+// A sandbox that went down with no wake stored (its agent said nothing was
+// due) stays without one through the deeper tiers: an older report of
+// "due now" from its agent does not stand in for what was stored. (Tried:
+// the agent reports a past due time, then answers "nothing due" at the
+// pause; before, the stop tier stored the old report and woke it at once.)
+func TestDeeperTiersKeepTheStoredNoWake(t *testing.T) {
+	r := newRig(t, Config{Tiers: Tiers{Pause: time.Minute, Stop: time.Hour}})
+	r.run()
+	r.mustResolve("alice")
+	past := r.clock.Now().Add(-time.Second)
+	if err := r.m.ReportWake(context.Background(), "alice", &past); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Add(time.Minute)
+	r.eventually("paused", func() bool { return r.state("alice") == Paused })
+	r.clock.Add(time.Hour)
+	r.eventually("stopped", func() bool { return r.state("alice") == Stopped })
+	if row, _ := r.reg.Row("alice"); row.WakeAt != nil {
+		t.Fatalf("the stop tier stored wake %v", row.WakeAt)
+	}
+	if n := r.agents.Wakes(""); n != 0 {
+		t.Fatalf("woken %d times with nothing due", n)
+	}
+}

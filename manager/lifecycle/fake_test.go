@@ -135,6 +135,13 @@ func (e *fakeEngine) Unpause(ctx context.Context, id string) error {
 	return e.set(id, StatusPaused, StatusRunning, EventUnpaused)
 }
 func (e *fakeEngine) Stop(ctx context.Context, id string) error {
+	e.mu.Lock()
+	c := e.byID(id)
+	stopped := c != nil && c.status == StatusStopped
+	e.mu.Unlock()
+	if stopped { // idempotent, as the contract asks
+		return nil
+	}
 	return e.set(id, StatusRunning, StatusStopped, EventDied)
 }
 

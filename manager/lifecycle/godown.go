@@ -57,10 +57,21 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 		if wakeAt, ok, err = m.quiesce(ctx, b, why); !ok || err != nil {
 			return false, err
 		}
-	case wakeAt == nil:
-		m.mu.Lock()
-		wakeAt = b.reported // never stored (a sandbox adopted down): the agent's own last word
-		m.mu.Unlock()
+	default:
+		// Down already: keep the wake the registry stored when it went
+		// down. Only a sandbox that went down behind the manager's back
+		// (its row still says running) has none stored; its agent's last
+		// report stands in.
+		row, err := m.reg.Sandbox(ctx, b.user)
+		if err != nil {
+			return false, err
+		}
+		wakeAt = row.WakeAt
+		if storedState(row.State) == Running {
+			m.mu.Lock()
+			wakeAt = b.reported
+			m.mu.Unlock()
+		}
 	}
 
 	c, err := m.eng.Inspect(ctx, m.names(name))
@@ -113,9 +124,10 @@ func (m *Manager) engineDown(ctx context.Context, c Container, name string, to S
 				return err
 			}
 		}
-		if c.Status != StatusStopped {
-			return m.eng.Stop(ctx, c.ID)
-		}
+		// Always: on Kubernetes "stopped" also covers a Pod that is not
+		// (or no longer) Ready, which must still be deleted. Stop is
+		// idempotent on every engine.
+		return m.eng.Stop(ctx, c.ID)
 	case Removed:
 		return m.eng.RemoveContainer(ctx, m.names(name))
 	}

@@ -111,8 +111,9 @@ type Manager struct {
 	pool     map[string]*poolBox       // by pool sandbox name
 	resume   map[State][]time.Duration // recent resume times per tier (wake.go)
 	poolKick chan struct{}
-	queued   map[string]bool // users whose sandbox reconcile should look at now
-	kick     chan struct{}   // something was queued
+	queued   map[string]bool    // users whose sandbox reconcile should look at now
+	lookAt   map[*box]time.Time // when each sandbox's last reconcile asked to be looked at again
+	kick     chan struct{}      // something was queued
 
 	eventsUp atomic.Bool
 	now      func() time.Time
@@ -152,7 +153,7 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 	}
 	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m, base: context.Background(),
 		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
-		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, kick: make(chan struct{}, 1), now: time.Now}
+		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, kick: make(chan struct{}, 1), now: time.Now}
 	mgr.adm = newAdmission(cfg.Admission)
 	mgr.pauser, _ = eng.(Pauser)
 	mgr.nets, _ = eng.(Networks)

@@ -53,7 +53,7 @@ func decide(v view, t Tiers, grace time.Duration) (step, time.Duration) {
 	if v.bringingUp {
 		return stepNone, never // the bring-up ends in Running; the scan looks again
 	}
-	if v.stale {
+	if v.stale || v.state == Unknown {
 		return stepLook, 0
 	}
 	if v.state.down() && v.hasWake && v.untilWake <= 0 {
@@ -109,7 +109,6 @@ func (m *Manager) reconcile(ctx context.Context, b *box) time.Duration {
 		// The bring-up is the wake's, started here under m.mu, so the
 		// next reconcile sees it and does not wake twice.
 		due := b.wakeAt.UTC()
-		b.lastActive, b.lastRequest = now, now // a wake is activity: a fresh idle period from it
 		f := m.flightLocked(b)
 		m.mu.Unlock()
 		go m.wake(ctx, b, f, due, v.state)
@@ -192,28 +191,62 @@ func (m *Manager) queue(user string) {
 	}
 }
 
-// reconcileAll reconciles every known sandbox (the periodic scan), or only
-// the queued ones, and returns when the loop should look next.
-func (m *Manager) reconcileAll(ctx context.Context, onlyQueued bool) time.Duration {
+// pass says which sandboxes a pass of the loop reconciles.
+type pass int
+
+const (
+	passAll    pass = iota // the periodic scan: every known sandbox
+	passQueued             // the ones queued since the last pass
+	passDue                // the ones whose last reconcile asked to be looked at by now
+)
+
+// reconcilePass reconciles the sandboxes p names and returns when the loop
+// should look next (never: nothing is due before the next scan).
+func (m *Manager) reconcilePass(ctx context.Context, p pass) time.Duration {
+	now := m.now()
 	m.mu.Lock()
 	var boxes []*box
-	if onlyQueued {
+	switch p {
+	case passAll:
+		clear(m.lookAt) // made anew: sandboxes reset meanwhile drop out
+		boxes = make([]*box, 0, len(m.boxes))
+		for _, b := range m.boxes {
+			boxes = append(boxes, b)
+		}
+	case passQueued:
 		for user := range m.queued {
 			if b := m.boxes[user]; b != nil {
 				boxes = append(boxes, b)
 			}
 		}
-	} else {
-		boxes = make([]*box, 0, len(m.boxes))
-		for _, b := range m.boxes {
-			boxes = append(boxes, b)
+		clear(m.queued)
+	case passDue:
+		for b, at := range m.lookAt {
+			if m.boxes[b.user] != b { // reset meanwhile
+				delete(m.lookAt, b)
+				continue
+			}
+			if !at.After(now) {
+				boxes = append(boxes, b)
+			}
 		}
 	}
-	clear(m.queued)
 	m.mu.Unlock()
-	next := never
 	for _, b := range boxes {
-		next = min(next, m.reconcile(ctx, b))
+		after := m.reconcile(ctx, b)
+		m.mu.Lock()
+		if after == never {
+			delete(m.lookAt, b)
+		} else {
+			m.lookAt[b] = now.Add(after)
+		}
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	next := never
+	for _, at := range m.lookAt {
+		next = min(next, max(at.Sub(now), 0))
 	}
 	return next
 }

@@ -44,7 +44,7 @@ func TestDecide(t *testing.T) {
 		{"a bring-up under way: leave it", with(view{bringingUp: true, stale: true, hasWake: true}, Stopped, 30*time.Hour), stepNone, never},
 		{"pausing (another step holds it)", with(view{}, Pausing, time.Hour), stepNone, never},
 		{"provisioning", with(view{}, Provisioning, 100*time.Hour), stepNone, never},
-		{"unknown", with(view{}, Unknown, 100*time.Hour), stepNone, never},
+		{"unknown (adopted while Docker restarts it): look", with(view{}, Unknown, 100*time.Hour), stepLook, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, after := decide(c.v, tiers, grace)

@@ -81,6 +81,9 @@ func (m *Manager) flightLocked(b *box) *flight {
 		m.mu.Lock()
 		f.ep, f.err = ep, err
 		b.flight = nil
+		if err == nil { // whoever waits on it (a request, a wake) gets RequestGrace from the answer
+			b.lastRequest = m.now()
+		}
 		if err != nil && b.state == Provisioning { // it took a slot: look again before counting it
 			b.state, b.stale = Unknown, true
 		}

@@ -16,24 +16,27 @@ func (m *Manager) Run(ctx context.Context) {
 	m.mu.Unlock()
 	go m.followEvents(ctx)
 	go m.fillPool(ctx)
+	lastScan := time.Time{}
 	next := time.Now()
 	for {
 		wait := max(min(m.cfg.Tick, time.Until(next)), time.Millisecond)
 		t := time.NewTimer(wait)
+		p := passDue
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-m.kick:
 			t.Stop()
-			if after := m.reconcileAll(ctx, true); after != never {
-				next = earliest(next, time.Now().Add(after))
-			}
+			p = passQueued
 		case <-t.C:
-			next = time.Now().Add(m.cfg.Tick)
-			if after := m.reconcileAll(ctx, false); after != never {
-				next = earliest(next, time.Now().Add(after))
+			if time.Since(lastScan) >= m.cfg.Tick {
+				p, lastScan = passAll, time.Now()
 			}
+		}
+		next = time.Now().Add(m.cfg.Tick)
+		if after := m.reconcilePass(ctx, p); after != never {
+			next = earliest(next, time.Now().Add(after))
 		}
 	}
 }
@@ -96,6 +99,15 @@ func (m *Manager) onEvent(ctx context.Context, ev Event) {
 	if b == nil {
 		m.mu.Unlock()
 		return // a pool sandbox, or one not seen yet
+	}
+	// An event that says what the manager already knows (its own pause,
+	// stop or removal) changes nothing; any other makes the box stale.
+	known := (ev.Kind == EventPaused && b.state == Paused) ||
+		(ev.Kind == EventDied && (b.state == Stopped || b.state == Removed)) ||
+		(ev.Kind == EventRemoved && b.state == Removed)
+	if known {
+		m.mu.Unlock()
+		return
 	}
 	b.stale = true
 	switch ev.Kind {

@@ -42,15 +42,15 @@ func (m *Manager) wake(ctx context.Context, b *box, f *flight, due time.Time, ti
 		m.log.Warn("wake: sandbox did not come up", "user", b.user, "err", err)
 		return
 	}
+	m.mu.Lock()
+	b.lastActive = m.now() // a wake is activity: a fresh idle period from it
+	m.mu.Unlock()
 	if err := m.agent.Wake(ctx, ep); err != nil {
 		m.log.Warn("wake: agent /wake failed", "user", b.user, "err", err)
 	} else {
 		m.noteResume(tier, time.Since(begin))
 	}
 	m.metrics.Wake.Observe(time.Since(due).Seconds())
-	m.mu.Lock()
-	b.lastActive = m.now()
-	m.mu.Unlock()
 	m.audit(b.user, "sandbox.woken", map[string]any{"due": due.UTC().Format(time.RFC3339Nano)})
 }
 
@@ -119,9 +119,10 @@ func (m *Manager) afterDeath(ctx context.Context, b *box) {
 		return
 	}
 	if reported.After(m.now()) {
-		if err := m.store(ctx, b, Stopped, reported); err != nil {
+		if err := m.storeWake(ctx, b, reported); err != nil {
 			m.log.Warn("died sandbox: wake time not stored", "user", b.user, "err", err)
 		}
+		m.queue(b.user) // the loop's next look may now be this wake
 		m.audit(b.user, "sandbox.died", wakeDetail(reported))
 		return
 	}
@@ -154,4 +155,21 @@ func (m *Manager) afterDeath(ctx context.Context, b *box) {
 		m.mu.Unlock()
 		m.audit(b.user, "sandbox.restarted", map[string]any{"reason": "died with work in flight"})
 	}()
+}
+
+// storeWake records wakeAt in the registry row without changing its state
+// (it still says running: a later death is still told from a stop).
+func (m *Manager) storeWake(ctx context.Context, b *box, wakeAt *time.Time) error {
+	row, err := m.reg.Sandbox(ctx, b.user)
+	if err != nil {
+		return err
+	}
+	row.WakeAt = wakeAt
+	if err := m.reg.UpdateSandbox(ctx, row); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	b.wakeAt = wakeAt
+	m.mu.Unlock()
+	return nil
 }

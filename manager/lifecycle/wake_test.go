@@ -54,13 +54,13 @@ func TestNextLookIsTheEarliestLeadAdjustedDeadline(t *testing.T) {
 	}
 	m.mu.Unlock()
 	want := 10*time.Second + 300*time.Millisecond - 450*time.Millisecond // b, led by 400+50 ms
-	if got := m.reconcileAll(context.Background(), false); got != want {
+	if got := m.reconcilePass(context.Background(), passAll); got != want {
 		t.Fatalf("next look in %v, want %v", got, want)
 	}
 	m.mu.Lock()
 	m.boxes = map[string]*box{"d": {user: "d", name: "d", state: Stopped}}
 	m.mu.Unlock()
-	if got := m.reconcileAll(context.Background(), false); got != never {
+	if got := m.reconcilePass(context.Background(), passAll); got != never {
 		t.Fatalf("no wake stored and no tiers, next look in %v", got)
 	}
 }
