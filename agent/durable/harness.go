@@ -313,7 +313,9 @@ func (h *Harness) ready(t Task, now time.Time) bool {
 }
 
 // dispatch starts every ready task that may run: generation tasks run one
-// at a time per conversation, oldest first; other kinds run independently.
+// at a time per conversation, oldest first, and so do summary tasks (a
+// summary written while another one is would find the context changed
+// under it and drop itself); other kinds run independently.
 func (h *Harness) dispatch() error {
 	live, err := h.store.LiveTasks(h.ctx)
 	if err != nil {
@@ -325,27 +327,35 @@ func (h *Harness) dispatch() error {
 	if h.closed {
 		return nil
 	}
-	convHead := map[int64]int64{} // conversation -> its oldest live generation task
-	convBusy := map[int64]bool{}  // conversations with a generation invocation in flight
+	type lane struct {
+		kind string
+		conv int64
+	}
+	serial := func(t Task) bool { return t.Kind == KindGeneration || t.Kind == KindSummary }
+	head := map[lane]int64{} // the oldest live task of each lane
+	busy := map[lane]bool{}  // lanes with an invocation in flight
 	for _, t := range live {
-		if t.Kind == KindGeneration {
-			if _, ok := convHead[t.ConversationID]; !ok {
-				convHead[t.ConversationID] = t.ID
-			}
-			if h.busy[t.ID] {
-				convBusy[t.ConversationID] = true
-			}
+		if !serial(t) {
+			continue
+		}
+		l := lane{t.Kind, t.ConversationID}
+		if _, ok := head[l]; !ok {
+			head[l] = t.ID
+		}
+		if h.busy[t.ID] {
+			busy[l] = true
 		}
 	}
 	for _, t := range live {
 		if h.busy[t.ID] || !h.ready(t, now) {
 			continue
 		}
-		if t.Kind == KindGeneration && (convHead[t.ConversationID] != t.ID || convBusy[t.ConversationID]) {
-			continue
-		}
-		if t.Kind == KindGeneration {
-			convBusy[t.ConversationID] = true
+		if serial(t) {
+			l := lane{t.Kind, t.ConversationID}
+			if head[l] != t.ID || busy[l] {
+				continue
+			}
+			busy[l] = true
 		}
 		h.busy[t.ID] = true
 		h.wg.Add(1)
