@@ -305,6 +305,59 @@ func TestTransientErrorsSleepThenRetry(t *testing.T) {
 	}
 }
 
+// A run that sleeps before a retry while another submission waits behind
+// it in the conversation is woken at its deadline: the queued one, which
+// cannot run before it ends, is not "due now" (that left no timer armed,
+// and both waited until something else woke the scheduler: a recovery run
+// of the crash suite once sat idle like this for 15 minutes). The host is
+// told the deadline, and the harness is idle until then.
+func TestARetryWithWorkQueuedBehindItWakes(t *testing.T) {
+	var calls atomic.Int32
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		if calls.Add(1) == 1 {
+			return durable.ModelResponse{}, durable.Transient(errors.New("429 slow down"))
+		}
+		return echo(req)
+	})
+	clock := &fakeClock{now: time.Now().UTC()}
+	var mu sync.Mutex
+	var scheduled []time.Time
+	e := newEnv(t, durable.Options{Model: model, Now: clock.Now, Retry: durable.RetryPolicy{Base: 50 * time.Millisecond, Cap: time.Second},
+		OnScheduled: func(at time.Time) { mu.Lock(); scheduled = append(scheduled, at); mu.Unlock() }})
+	first, err := e.h.Submit(ctx, 1, durable.Input{Text: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sleeping durable.Task
+	waitFor(t, func() bool { // the clock stands still: it sleeps until the test moves it
+		sleeping, _ = e.store.Task(ctx, first.TaskID)
+		return sleeping.State == durable.Sleeping
+	})
+	second, err := e.h.Submit(ctx, 1, durable.Input{Text: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, err := e.h.NextDueAt(ctx); err != nil || !at.Equal(*sleeping.Deadline) {
+		t.Fatalf("NextDueAt = %v, %v; want the retry deadline %v", at, err, *sleeping.Deadline)
+	}
+	idle, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := e.h.WaitIdle(idle); err != nil {
+		t.Fatalf("the queued submission counted as due now: %v", err)
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(scheduled) > 0 && scheduled[len(scheduled)-1].Equal(*sleeping.Deadline)
+	})
+	clock.jump(time.Second)
+	for _, id := range []int64{first.ID, second.ID} {
+		if sub := e.waitSettled(id); sub.Status != durable.Done {
+			t.Fatalf("submission %+v after %d model calls", sub, calls.Load())
+		}
+	}
+}
+
 func TestPermanentModelErrorEndsTheRunWithAnErrorEntry(t *testing.T) {
 	calls := 0
 	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
