@@ -9,6 +9,7 @@ package durable_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -382,12 +383,34 @@ func killWhileWritingBigCommit(t *testing.T, c child) bool {
 	return at < base+int64(len(bigOutput))
 }
 
+// finish runs the recovery child to its end. One that has not ended in
+// 3 minutes (it takes seconds) has stalled: it is killed, with a
+// goroutine dump first, and the test fails instead of hanging the suite.
 func finish(t *testing.T, c child) {
 	t.Helper()
 	cmd := c.cmd("CRASH_LATE=" + strings.Join(c.late, ","))
-	out, err := cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Signal(syscall.SIGQUIT) // the Go runtime dumps every goroutine and exits
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		t.Fatalf("recovery run stalled; markers %v\n%s", markers(c.dir), out.String())
+	}
 	if err != nil || countMarker(c.dir, "all-done") == 0 {
-		t.Fatalf("recovery run failed: %v\n%s", err, out)
+		t.Fatalf("recovery run failed: %v\n%s", err, out.String())
 	}
 }
 

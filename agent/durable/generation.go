@@ -347,14 +347,20 @@ func (h *Harness) mintTasks(t Task, tasks []Task) ([]Task, error) {
 }
 
 // summaryTask returns a new background summary task for conv, or nil when
-// one is already live.
+// one is already live that has yet to read the context (pending, or
+// sleeping before a retry): it reads it when it runs, after the caller's
+// context was read, so it sees at least what the caller saw. A running one
+// may have read the context before the caller's run added to it, and would
+// find nothing to summarize in what it read, or summarize less: it does not
+// stand in for this one. Summaries of a conversation run one at a time (see
+// dispatch), so the new one runs after it, on the context it left.
 func (h *Harness) summaryTask(ctx context.Context, conv int64) (*Task, error) {
 	live, err := h.store.LiveTasks(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range live {
-		if t.Kind == KindSummary && t.ConversationID == conv {
+		if t.Kind == KindSummary && t.ConversationID == conv && (t.State == Pending || t.State == Sleeping) {
 			return nil, nil
 		}
 	}

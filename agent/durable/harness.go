@@ -312,8 +312,37 @@ func (h *Harness) ready(t Task, now time.Time) bool {
 	return false
 }
 
+// lane is the queue a task of a kind that runs one at a time per
+// conversation (generation, summary) waits in; other kinds have none.
+type lane struct {
+	kind string
+	conv int64
+}
+
+func laneOf(t Task) (lane, bool) {
+	if t.Kind != KindGeneration && t.Kind != KindSummary {
+		return lane{}, false
+	}
+	return lane{t.Kind, t.ConversationID}, true
+}
+
+// laneHeads returns the oldest live task of each lane (live is oldest first).
+func laneHeads(live []Task) map[lane]int64 {
+	heads := map[lane]int64{}
+	for _, t := range live {
+		if l, ok := laneOf(t); ok {
+			if _, seen := heads[l]; !seen {
+				heads[l] = t.ID
+			}
+		}
+	}
+	return heads
+}
+
 // dispatch starts every ready task that may run: generation tasks run one
-// at a time per conversation, oldest first; other kinds run independently.
+// at a time per conversation, oldest first, and so do summary tasks (a
+// summary written while another one is would find the context changed
+// under it and drop itself); other kinds run independently.
 func (h *Harness) dispatch() error {
 	live, err := h.store.LiveTasks(h.ctx)
 	if err != nil {
@@ -325,27 +354,22 @@ func (h *Harness) dispatch() error {
 	if h.closed {
 		return nil
 	}
-	convHead := map[int64]int64{} // conversation -> its oldest live generation task
-	convBusy := map[int64]bool{}  // conversations with a generation invocation in flight
+	heads := laneHeads(live)
+	busy := map[lane]bool{} // lanes with an invocation in flight
 	for _, t := range live {
-		if t.Kind == KindGeneration {
-			if _, ok := convHead[t.ConversationID]; !ok {
-				convHead[t.ConversationID] = t.ID
-			}
-			if h.busy[t.ID] {
-				convBusy[t.ConversationID] = true
-			}
+		if l, ok := laneOf(t); ok && h.busy[t.ID] {
+			busy[l] = true
 		}
 	}
 	for _, t := range live {
 		if h.busy[t.ID] || !h.ready(t, now) {
 			continue
 		}
-		if t.Kind == KindGeneration && (convHead[t.ConversationID] != t.ID || convBusy[t.ConversationID]) {
-			continue
-		}
-		if t.Kind == KindGeneration {
-			convBusy[t.ConversationID] = true
+		if l, ok := laneOf(t); ok {
+			if heads[l] != t.ID || busy[l] {
+				continue
+			}
+			busy[l] = true
 		}
 		h.busy[t.ID] = true
 		h.wg.Add(1)
@@ -378,9 +402,20 @@ func (h *Harness) schedule(live []Task, now time.Time) {
 	}
 }
 
+// nextDue is now when a task runs or may run now, else the earliest
+// deadline of a task that will then run, else zero. A task queued behind
+// the head of its lane is not due, whatever its state: it runs only once
+// the head ends, and that commit runs the scheduler again. (Counting it as
+// due now left no timer armed for a head sleeping before a retry: the
+// conversation stalled until something else woke the scheduler.) Caller
+// holds h.mu.
 func (h *Harness) nextDue(live []Task, now time.Time) time.Time {
 	var due time.Time
+	heads := laneHeads(live)
 	for _, t := range live {
+		if l, ok := laneOf(t); ok && heads[l] != t.ID && !h.busy[t.ID] {
+			continue
+		}
 		switch {
 		case t.State == Pending || t.State == Running || h.busy[t.ID]:
 			return now
@@ -397,7 +432,8 @@ func (h *Harness) nextDue(live []Task, now time.Time) time.Time {
 }
 
 // NextDueAt is now when anything is ready or running, else the earliest
-// stored deadline; zero when nothing waits on time.
+// stored deadline; zero when nothing waits on time. A task queued behind
+// another of its conversation (see dispatch) counts only once that one ends.
 func (h *Harness) NextDueAt(ctx context.Context) (time.Time, error) {
 	live, err := h.store.LiveTasks(ctx)
 	if err != nil {

@@ -305,6 +305,59 @@ func TestTransientErrorsSleepThenRetry(t *testing.T) {
 	}
 }
 
+// A run that sleeps before a retry while another submission waits behind
+// it in the conversation is woken at its deadline: the queued one, which
+// cannot run before it ends, is not "due now" (that left no timer armed,
+// and both waited until something else woke the scheduler: a recovery run
+// of the crash suite once sat idle like this for 15 minutes). The host is
+// told the deadline, and the harness is idle until then.
+func TestARetryWithWorkQueuedBehindItWakes(t *testing.T) {
+	var calls atomic.Int32
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		if calls.Add(1) == 1 {
+			return durable.ModelResponse{}, durable.Transient(errors.New("429 slow down"))
+		}
+		return echo(req)
+	})
+	clock := &fakeClock{now: time.Now().UTC()}
+	var mu sync.Mutex
+	var scheduled []time.Time
+	e := newEnv(t, durable.Options{Model: model, Now: clock.Now, Retry: durable.RetryPolicy{Base: 50 * time.Millisecond, Cap: time.Second},
+		OnScheduled: func(at time.Time) { mu.Lock(); scheduled = append(scheduled, at); mu.Unlock() }})
+	first, err := e.h.Submit(ctx, 1, durable.Input{Text: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sleeping durable.Task
+	waitFor(t, func() bool { // the clock stands still: it sleeps until the test moves it
+		sleeping, _ = e.store.Task(ctx, first.TaskID)
+		return sleeping.State == durable.Sleeping
+	})
+	second, err := e.h.Submit(ctx, 1, durable.Input{Text: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, err := e.h.NextDueAt(ctx); err != nil || !at.Equal(*sleeping.Deadline) {
+		t.Fatalf("NextDueAt = %v, %v; want the retry deadline %v", at, err, *sleeping.Deadline)
+	}
+	idle, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := e.h.WaitIdle(idle); err != nil {
+		t.Fatalf("the queued submission counted as due now: %v", err)
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(scheduled) > 0 && scheduled[len(scheduled)-1].Equal(*sleeping.Deadline)
+	})
+	clock.jump(time.Second)
+	for _, id := range []int64{first.ID, second.ID} {
+		if sub := e.waitSettled(id); sub.Status != durable.Done {
+			t.Fatalf("submission %+v after %d model calls", sub, calls.Load())
+		}
+	}
+}
+
 func TestPermanentModelErrorEndsTheRunWithAnErrorEntry(t *testing.T) {
 	calls := 0
 	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
@@ -431,6 +484,74 @@ func TestResetAndSummaryCutTheContext(t *testing.T) {
 	}
 	if n := len(e.entries(1)); n < 9 {
 		t.Fatalf("reset removed entries: %d left", n)
+	}
+}
+
+// A summary task that has already read the context does not stand in for
+// a compaction asked for after it: a run that ends over the threshold while
+// a summary is being written starts another, which runs after the first and
+// summarizes what came since. (Before, the run saw a summary task live and
+// started none, and the context stayed over the threshold.)
+func TestCompactionAskedWhileASummaryIsWrittenIsNotLost(t *testing.T) {
+	var summaries atomic.Int32
+	reading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	var second durable.ModelRequest
+	model := fnModel(func(req durable.ModelRequest) (durable.ModelResponse, error) {
+		if !strings.Contains(lastUser(req), "Summarize the conversation") {
+			return echo(req)
+		}
+		switch summaries.Add(1) {
+		case 1:
+			close(reading)
+			<-release
+		case 2:
+			mu.Lock()
+			second = req
+			mu.Unlock()
+		}
+		return durable.ModelResponse{Text: "SUMMARY"}, nil
+	})
+	e := newEnv(t, durable.Options{Model: model})            // no compaction yet
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the harness closes
+	e.ask(1, durable.Input{Text: "first"})
+	e.ask(1, durable.Input{Text: "second"})
+	e.opts.Compaction = durable.CompactionPolicy{Threshold: 10, KeepRecent: 3}
+	e.reopen()
+	// Over the threshold: the summary reads first..third and cuts at third.
+	e.ask(1, durable.Input{Text: "third"})
+	select {
+	case <-reading:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no summary was started")
+	}
+	// It is being written while the next run ends over the threshold.
+	if sub := e.ask(1, durable.Input{Text: "fourth"}); sub.Status != durable.Done {
+		t.Fatalf("submission %+v", sub)
+	}
+	once.Do(func() { close(release) })
+	idle, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := e.h.WaitIdle(idle); err != nil {
+		t.Fatal(err)
+	}
+	var fourth durable.Entry
+	for _, en := range e.entries(1) {
+		if en.Kind == durable.OwnerMessage && en.Text == "fourth" {
+			fourth = en
+		}
+	}
+	head, err := e.store.LatestHead(ctx, 1)
+	if err != nil || head.Kind != durable.SummaryEntry || head.Head != fourth.ID {
+		t.Fatalf("the context's head is %+v (%v), want a summary up to the fourth message %d; entries %s",
+			head, err, fourth.ID, kinds(e.entries(1)))
+	}
+	// The second summary ran after the first and built on it.
+	mu.Lock()
+	defer mu.Unlock()
+	if summaries.Load() != 2 || len(second.Messages) < 2 || !strings.Contains(second.Messages[1].Content, "SUMMARY") {
+		t.Fatalf("%d summaries; the second read %+v", summaries.Load(), second.Messages)
 	}
 }
 
