@@ -106,4 +106,31 @@ func TestRemindersAndJobsSurviveEvictAndReload(t *testing.T) {
 			t.Errorf("delivered %d times", n)
 		}
 	})
+
+	t.Run("reminder after the capacity rule takes its slot", func(t *testing.T) {
+		devshEnv(t, append(long, "AFFIDO_MAX_RUNNING=1"), "up")
+		user, tok := reminderUser(t, "ev-cap", "/capacity")
+		due := setReminder(t, user, tok, 25*time.Second, "after capacity "+user)
+		other, otherTok := newUser(t, "ev-cap-other")
+		// The only slot is user's: the other's first request takes it.
+		waitUntil(t, 20*time.Second, "the other user's sandbox up", func() bool {
+			return request(t, "GET", "/u/"+other+"/health", bearer(otherTok)).Code == 200
+		})
+		if s := containerStatus(user); s != "paused" {
+			t.Fatalf("the capacity rule left %s's container %s", user, s)
+		}
+		at := psql(t, "SELECT coalesce(detail->>'wake_at', '') FROM audit_events WHERE user_id = '"+user+"' AND kind = 'sandbox.paused' ORDER BY id DESC LIMIT 1")
+		stored, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil || stored.Sub(due) < -time.Second || stored.Sub(due) > time.Second {
+			t.Fatalf("the capacity pause stored wake %q, the reminder is due %v", at, due)
+		}
+		d := waitDelivery(t, "/capacity", time.Until(due)+20*time.Second)
+		dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
+		late := d.At.Sub(dueExact)
+		t.Logf("reminder after the capacity rule: delivered %v after its time", late.Round(time.Millisecond))
+		if late < 0 || late > 10*time.Second {
+			t.Errorf("delivered %v after its time, want after it and within 10 s", late)
+		}
+		waitNotificationsSettled(t, user, "delivered 1")
+	})
 }
