@@ -112,19 +112,27 @@ func waitDelivery(t *testing.T, path string, within time.Duration) delivery {
 	return delivery{}
 }
 
+// checkDelivered waits for the reminder due at due to reach the sink at
+// path (at most within past its time) and checks it came after its time and
+// within 10 s of it. How late is the bench's business; here: not early, and
+// fired by its own stored time (well before anyone's next request would have).
+func checkDelivered(t *testing.T, path, what string, due time.Time, within time.Duration) delivery {
+	t.Helper()
+	d := waitDelivery(t, path, time.Until(due)+within)
+	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
+	late := d.At.Sub(dueExact)
+	t.Logf("reminder %s: delivered %v after its time", what, late.Round(time.Millisecond))
+	if late < 0 || late > 10*time.Second {
+		t.Errorf("reminder %s: delivered %v after its time, want after it and within 10 s", what, late)
+	}
+	return d
+}
+
 func checkReminder(t *testing.T, user, tok, path, state string, ahead time.Duration) {
 	due := setReminder(t, user, tok, ahead, "stretch "+user)
 	want := map[string]string{"paused": "paused", "stopped": "exited", "removed": "missing"}[state]
 	waitStatus(t, user, want, ahead)
-	d := waitDelivery(t, path, time.Until(due)+15*time.Second)
-	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)
-	late := d.At.Sub(dueExact)
-	t.Logf("reminder while %s: delivered %v after its time", state, late.Round(time.Millisecond))
-	// How late is the bench's business; here: not early, and fired by its
-	// own stored time (well before anyone's next request would have).
-	if late < 0 || late > 10*time.Second {
-		t.Errorf("reminder while %s: delivered %v after its time, want after it and within 10 s", state, late)
-	}
+	d := checkDelivered(t, path, "while "+state, due, 15*time.Second)
 	if !strings.Contains(d.Body, "stretch "+user) {
 		t.Errorf("notification body %q", d.Body)
 	}

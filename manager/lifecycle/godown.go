@@ -57,11 +57,11 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 		if wakeAt, ok, err = m.quiesce(ctx, b, why); !ok || err != nil {
 			return false, err
 		}
-	default:
-		// Down already: keep the wake the registry stored when it went
-		// down. Only a sandbox that went down behind the manager's back
-		// (its row still says running) has none stored; its agent's last
-		// report stands in.
+	case wakeAt == nil:
+		// Down already with no wake in memory (b.wakeAt mirrors the row's):
+		// keep the registry's. Only a sandbox that went down behind the
+		// manager's back (its row still says running) has none stored; its
+		// agent's last report stands in.
 		row, err := m.reg.Sandbox(ctx, b.user)
 		if err != nil {
 			return false, err
@@ -97,10 +97,11 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 	kind := map[State]string{Paused: "sandbox.paused", Stopped: "sandbox.stopped", Removed: "sandbox.removed"}[to]
 	detail := wakeDetail(wakeAt)
 	if why == causeEvict {
-		kind, detail = "sandbox.evicted", map[string]any{"sandbox": name}
-		if wakeAt != nil {
-			detail["wake_at"] = wakeAt.UTC().Format(time.RFC3339Nano)
+		kind = "sandbox.evicted"
+		if detail == nil {
+			detail = map[string]any{}
 		}
+		detail["sandbox"] = name
 	}
 	m.audit(b.user, kind, detail)
 	return true, nil
