@@ -14,15 +14,22 @@ type admission struct {
 	mu      sync.Mutex
 	slots   int
 	busy    int
-	waiters []chan struct{} // in arrival order; closed when handed a slot
+	waiters []waiter        // in arrival order
 	recent  []time.Duration // how long recent slots were held
+}
+
+// waiter is one bring-up waiting for a slot; ch is closed when it is given
+// one.
+type waiter struct {
+	user string
+	ch   chan struct{}
 }
 
 func newAdmission(slots int) *admission { return &admission{slots: slots} }
 
-// acquire waits for a slot in arrival order. On ctx's end it leaves the
-// queue (or hands back a slot it was given meanwhile).
-func (a *admission) acquire(ctx context.Context) (release func(), err error) {
+// acquire waits for a slot in arrival order, for user's bring-up. On ctx's
+// end it leaves the queue (or hands back a slot it was given meanwhile).
+func (a *admission) acquire(ctx context.Context, user string) (release func(), err error) {
 	a.mu.Lock()
 	if a.busy < a.slots && len(a.waiters) == 0 {
 		a.busy++
@@ -30,7 +37,7 @@ func (a *admission) acquire(ctx context.Context) (release func(), err error) {
 		return a.releaser(), nil
 	}
 	ch := make(chan struct{})
-	a.waiters = append(a.waiters, ch)
+	a.waiters = append(a.waiters, waiter{user, ch})
 	a.mu.Unlock()
 	select {
 	case <-ch:
@@ -39,7 +46,7 @@ func (a *admission) acquire(ctx context.Context) (release func(), err error) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		for i, w := range a.waiters {
-			if w == ch {
+			if w.ch == ch {
 				a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
 				return nil, ctx.Err()
 			}
@@ -81,9 +88,8 @@ func (a *admission) releaser() func() {
 // it. Caller holds a.mu.
 func (a *admission) handOn() {
 	if len(a.waiters) > 0 {
-		ch := a.waiters[0]
+		close(a.waiters[0].ch)
 		a.waiters = a.waiters[1:]
-		close(ch)
 		return
 	}
 	a.busy--
@@ -96,17 +102,21 @@ func (a *admission) resize(slots int) {
 	a.slots = max(slots, 1)
 	for a.busy < a.slots && len(a.waiters) > 0 {
 		a.busy++
-		ch := a.waiters[0]
+		close(a.waiters[0].ch)
 		a.waiters = a.waiters[1:]
-		close(ch)
 	}
 }
 
-// waiting is how many wait for a slot.
-func (a *admission) waiting() int {
+// position is user's place in the queue, from 1 (0: not waiting).
+func (a *admission) position(user string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.waiters)
+	for i, w := range a.waiters {
+		if w.user == user {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // retryAfter estimates when a bring-up that is position-th in the queue

@@ -56,12 +56,16 @@ func (m *Manager) Adopt(ctx context.Context) error {
 	// The ready pool is what the registry holds now (another manager may
 	// have claimed some), plus what this manager is building.
 	ready := map[string]*poolBox{}
+	built := map[string]bool{} // being built by this manager when looked at
 	var retire []string
 	for _, p := range pools {
 		m.mu.Lock()
 		pb := m.pool[p.Name]
 		building := pb != nil && pb.building
 		m.mu.Unlock()
+		if building {
+			built[p.Name] = true
+		}
 		if known[p.Name] || building { // claimed between the two reads (a user's now), or being built
 			known[p.Name] = true
 			continue
@@ -76,7 +80,9 @@ func (m *Manager) Adopt(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	for name, pb := range m.pool {
-		if pb.building {
+		// Still building, or built since it was looked at above (a build
+		// that failed has left m.pool).
+		if pb.building || built[name] {
 			ready[name] = pb
 		}
 	}
@@ -130,22 +136,22 @@ func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv Inventory, 
 	if m.nets != nil || !ep.IsValid() {
 		ep = netip.AddrPortFrom(subnet.SandboxIP(r.Subnet), 8080)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if b.flight != nil { // a bring-up is under way; it knows better
+	if !b.op.TryLock() { // a step is under way; it knows better
 		return
 	}
+	defer b.op.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	b.subnet, b.wakeAt, b.reported = r.Subnet, r.WakeAt, r.ReportedWakeAt
 	if b.state == Unknown {
 		b.lastActive = r.LastActiveAt
-		if state == Running { // unseen while the manager was away: give it a fresh idle period
+		if state.up() { // unseen while the manager was away: give it a fresh idle period
 			b.lastActive = m.now()
 		}
 	}
-	b.state, b.stale, b.verified = state, false, false
-	b.endpoint = netip.AddrPort{}
-	if state == Running {
+	b.state, b.endpoint = state, netip.AddrPort{} // Started, not Running: a request checks its agent first
+	delete(m.looks, b)
+	if state.up() {
 		b.endpoint = ep
-		b.stale = true // verify health (and the binding) on first use
 	}
 }

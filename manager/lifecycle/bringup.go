@@ -19,9 +19,9 @@ var errNeedSlot = errors.New("bring-up needs an admission slot")
 // start) first waits its turn in the admission queue and then takes the
 // user's registry lock, in that order, so waiting holds no connection.
 // Caller holds b.op.
-func (m *Manager) bringUp(ctx context.Context, b *box, f *flight) (netip.AddrPort, error) {
+func (m *Manager) bringUp(ctx context.Context, b *box) (netip.AddrPort, error) {
 	m.mu.Lock()
-	if b.servingLocked() { // a bring-up just before this one did it
+	if m.servingLocked(b) { // a bring-up just before this one did it
 		ep := b.endpoint
 		m.mu.Unlock()
 		return ep, nil
@@ -35,13 +35,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, f *flight) (netip.AddrPor
 				return ep, err
 			}
 		}
-		m.mu.Lock()
-		f.queued = true
-		m.mu.Unlock()
-		release, err := m.adm.acquire(ctx)
-		m.mu.Lock()
-		f.queued = false
-		m.mu.Unlock()
+		release, err := m.adm.acquire(ctx, b.user)
 		if err != nil {
 			return netip.AddrPort{}, fmt.Errorf("wait for an admission slot: %w", err)
 		}
@@ -65,7 +59,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, f *flight) (netip.AddrPor
 // container. Caller holds m.mu.
 func (m *Manager) heavyLocked(b *box) bool {
 	switch b.state {
-	case Paused, Pausing, Running:
+	case Paused, Pausing, Running, Started:
 		return false
 	case Unknown:
 		return b.name != "" || m.readyPoolLocked() == 0 // a new user takes from the pool
@@ -83,6 +77,11 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	m.noteRow(b, row)
 	n := m.names(row.Name)
 	c, err := m.eng.Inspect(ctx, n)
+	if err == nil || errors.Is(err, ErrNotFound) { // read now: earlier events are answered
+		m.mu.Lock()
+		delete(m.looks, b)
+		m.mu.Unlock()
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		if !slot {
@@ -156,9 +155,6 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 		return netip.AddrPort{}, err
 	}
 	m.setState(b, Running, ep)
-	m.mu.Lock()
-	b.verified = true
-	m.mu.Unlock()
 	if tier != "" {
 		m.audit(b.user, "sandbox."+map[string]string{"paused": "unpaused", "stopped": "started"}[tier], nil)
 	}

@@ -3,7 +3,13 @@ package lifecycle
 import (
 	"context"
 	"sort"
+	"time"
 )
+
+// opWait is how long making room waits for a step under way on a sandbox
+// it could put to sleep (a look takes milliseconds; a bring-up or a pause
+// longer, and that sandbox is passed over).
+const opWait = time.Second
 
 // SetMaxRunning changes how many sandboxes may run at once (0: unlimited).
 func (m *Manager) SetMaxRunning(n int) {
@@ -32,7 +38,7 @@ func (m *Manager) runningLocked(except *box) int {
 // makeRoom takes a running slot for b when MaxRunning is reached, putting
 // to sleep (pausing, or stopping on an engine without pause) the least
 // recently active sandbox that may go: none with a request in flight or
-// within RequestGrace of one (pause.go). On success b
+// within RequestGrace of one (godown.go). On success b
 // counts as running until its bring-up ends. Caller holds b.op.
 func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 	for {
@@ -46,7 +52,7 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 		}
 		var running []*box
 		for _, o := range m.boxes {
-			if o != b && o.state == Running {
+			if o != b && o.state.up() {
 				running = append(running, o)
 			}
 		}
@@ -54,7 +60,7 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 		m.mu.Unlock()
 		freed := false
 		for _, o := range running {
-			if !o.op.TryLock() { // busy with its own operation
+			if !o.op.lockWithin(ctx, opWait) { // busy with a longer step of its own
 				continue
 			}
 			ok, err := m.goDown(ctx, o, Paused, causeCapacity)

@@ -11,6 +11,7 @@ import (
 // one, which is paused; a paused one resumes the same way.
 func TestCapacityPausesTheLeastRecentlyActive(t *testing.T) {
 	r := newRig(t, Config{MaxRunning: 2})
+	r.run()
 	r.mustResolve("old")
 	r.clock.Add(time.Second)
 	r.mustResolve("mid")
@@ -32,6 +33,7 @@ func TestCapacityPausesTheLeastRecentlyActive(t *testing.T) {
 // capacity is reached instead; once the request ends it gets the slot.
 func TestNotPausedUnderARequest(t *testing.T) {
 	r := newRig(t, Config{MaxRunning: 1, RequestGrace: time.Second})
+	r.run()
 	ep := r.mustResolve("busy")
 	// A passive request just now: within the grace.
 	if _, err := r.m.Resolve(context.Background(), "busy", false); err != nil {
@@ -62,6 +64,7 @@ func TestNotPausedUnderARequest(t *testing.T) {
 // arrival, and the sandbox could be paused the moment it came up.
 func TestGraceCountsFromTheAnswer(t *testing.T) {
 	r := newRig(t, Config{MaxRunning: 1, RequestGrace: time.Second})
+	r.run()
 	r.eng.gate = make(chan struct{})
 	done := make(chan error, 1)
 	go func() {

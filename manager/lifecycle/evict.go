@@ -16,7 +16,7 @@ import (
 func (m *Manager) Evict(ctx context.Context, user string) error {
 	b := m.box(user)
 	b.op.Lock()
-	defer b.op.Unlock()
+	defer m.unlockOp(b)
 	row, err := m.reg.Sandbox(ctx, user)
 	if errors.Is(err, registry.ErrNotFound) {
 		return nil // nothing to evict
@@ -27,7 +27,7 @@ func (m *Manager) Evict(ctx context.Context, user string) error {
 	m.noteRow(b, row)
 	m.mu.Lock()
 	if b.state == Unknown { // not adopted yet: what the registry stored is the best start
-		b.wakeAt, b.reported, b.stale = row.WakeAt, row.ReportedWakeAt, true
+		b.wakeAt, b.reported = row.WakeAt, row.ReportedWakeAt
 	}
 	m.mu.Unlock()
 	_, err = m.goDown(ctx, b, Removed, causeEvict)

@@ -82,6 +82,7 @@ func TestEvictOfASilentAgentKeepsItsLastReport(t *testing.T) {
 // keeps its next due time.
 func TestCapacityKeepsTheAgentsNextDueTime(t *testing.T) {
 	r := newRig(t, Config{MaxRunning: 1})
+	r.run()
 	ep := r.mustResolve("a")
 	due := r.clock.Now().Add(time.Hour)
 	r.agents.SetDue(ep, &due)
@@ -96,6 +97,7 @@ func TestCapacityKeepsTheAgentsNextDueTime(t *testing.T) {
 // Evicting a sandbox with none, or twice, is not an error and writes nothing.
 func TestEvictOfNothing(t *testing.T) {
 	r := newRig(t, Config{})
+	r.run()
 	if err := r.m.Evict(context.Background(), "nobody"); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 		to = Stopped
 	}
 	m.mu.Lock()
-	look := b.state == Unknown || b.stale
+	look := b.state == Unknown || m.looks[b]
 	m.mu.Unlock()
 	if look {
 		m.refresh(ctx, b)
@@ -53,7 +53,7 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 	switch {
 	case state == to || state == Removed || (state == Stopped && to == Paused):
 		return true, nil // there already, or deeper
-	case state == Running:
+	case state.up():
 		if wakeAt, ok, err = m.quiesce(ctx, b, why); !ok || err != nil {
 			return false, err
 		}
@@ -86,8 +86,10 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 	}
 	if err != nil {
 		m.mu.Lock()
-		b.state, b.stale = Running, true // ask the engine again before trusting either
+		b.state = Started // most likely still up (it counts); a look asks the engine
+		m.looks[b] = true
 		m.mu.Unlock()
+		m.queue(b.user)
 		return false, err
 	}
 	m.setState(b, to, netip.AddrPort{})
@@ -139,11 +141,12 @@ func (m *Manager) engineDown(ctx context.Context, c Container, name string, to S
 // refuses within RequestGrace of any request (one may still be on its way);
 // it marks the box Pausing so new requests wait for the outcome instead of
 // reaching it, and asks the agent for its next due time (askIdle). ok is
-// false when the sandbox must stay up; it is then Running again. Caller
+// false when the sandbox must stay up; it is then as it was. Caller
 // holds b.op.
 func (m *Manager) quiesce(ctx context.Context, b *box, why cause) (wakeAt *time.Time, ok bool, err error) {
 	m.mu.Lock()
-	if b.state != Running || (why != causeEvict && m.now().Sub(b.lastRequest) < m.cfg.RequestGrace) {
+	was := b.state
+	if !was.up() || (why != causeEvict && m.now().Sub(b.lastRequest) < m.cfg.RequestGrace) {
 		m.mu.Unlock()
 		return nil, false, nil
 	}
@@ -154,7 +157,7 @@ func (m *Manager) quiesce(ctx context.Context, b *box, why cause) (wakeAt *time.
 	if !ok {
 		m.mu.Lock()
 		if b.state == Pausing {
-			b.state = Running
+			b.state = was
 		}
 		m.mu.Unlock()
 		return nil, false, nil

@@ -103,7 +103,6 @@ type Manager struct {
 	log     *slog.Logger
 	metrics *Metrics
 	adm     *admission
-	base    context.Context // outlives requests: bring-ups run on it
 
 	mu       sync.Mutex
 	boxes    map[string]*box           // by user
@@ -113,36 +112,49 @@ type Manager struct {
 	poolKick chan struct{}
 	queued   map[string]bool    // users whose sandbox reconcile should look at now
 	lookAt   map[*box]time.Time // when each sandbox's last reconcile asked to be looked at again
+	// looks are the sandboxes an engine event named since the manager last
+	// read the engine for them: reconcile reads it before anything else,
+	// and requests do not go straight to them meanwhile.
+	looks map[*box]bool
 	kick     chan struct{}      // something was queued
 
 	eventsUp atomic.Bool
 	now      func() time.Time
 }
 
-// box is the in-memory view of one user's sandbox. op serializes engine
-// operations on it; the other fields are guarded by Manager.mu.
+// box is the in-memory view of one user's sandbox. op serializes the steps
+// taken on it (one at a time per sandbox); the other fields are guarded by
+// Manager.mu. Only reconcile's steps, Evict and Reset change state; a
+// request only records that it wants the sandbox and waits for the answer.
 type box struct {
-	op sync.Mutex
+	op opLock
 
-	user  string
-	name  string // the sandbox name the registry records; "" until read
-	state State
-	// stale is set when an engine event arrived: the next reconcile asks
-	// the engine before it trusts state.
-	stale bool
-	// verified is set when a bring-up saw the agent answer, bound to this
-	// user; any other change of state clears it. Requests take the fast
-	// path only to a verified sandbox.
-	verified    bool
-	endpoint    netip.AddrPort
-	subnet      netip.Prefix
-	lastActive  time.Time  // last activating request: the idle tiers count from it
-	lastRequest time.Time  // last request of any kind: no pause within RequestGrace
-	wakeAt      *time.Time // stored: when the scheduler brings the sandbox back
+	user     string
+	name     string // the sandbox name the registry records; "" until read
+	state    State
+	endpoint netip.AddrPort
+	subnet   netip.Prefix
+	// lastActive is the last activating request: the idle tiers count
+	// from it. lastRequest is the last request of any kind: no pause
+	// within RequestGrace of it.
+	lastActive, lastRequest time.Time
+	// wanted is when the oldest request not yet answered by a bring-up
+	// came (zero: none). It outlives a request that gave up waiting, so
+	// asking again later finds the sandbox up.
+	wanted  time.Time
+	waiters []chan upResult // the requests waiting for the next bring-up's outcome
+	wakeAt  *time.Time      // stored: when the scheduler brings the sandbox back
 	// reported is the agent's own last report of its next due time.
-	reported    *time.Time
-	restartedAt time.Time // the last restart after a death (wake.go)
-	flight      *flight   // the bring-up in progress, if any (a request's, a wake's)
+	reported *time.Time
+	// restartAt is the wake time stored for the last restart after a death
+	// (wake.go): a second death within crashWindow is not restarted.
+	restartAt time.Time
+}
+
+// upResult is a bring-up's answer to the requests that waited for it.
+type upResult struct {
+	ep  netip.AddrPort
+	err error
 }
 
 // New returns a Manager. Call Run to start its background loops.
@@ -151,9 +163,9 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 	if m == nil {
 		m = NewMetrics(func() map[string]int { return nil })
 	}
-	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m, base: context.Background(),
+	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m,
 		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
-		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, kick: make(chan struct{}, 1), now: time.Now}
+		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, looks: map[*box]bool{}, kick: make(chan struct{}, 1), now: time.Now}
 	mgr.adm = newAdmission(cfg.Admission)
 	mgr.pauser, _ = eng.(Pauser)
 	mgr.nets, _ = eng.(Networks)
@@ -164,7 +176,7 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 func (m *Manager) boxLocked(user string) *box {
 	b := m.boxes[user]
 	if b == nil {
-		b = &box{user: user, state: Unknown, lastActive: m.now()}
+		b = &box{op: newOpLock(), user: user, state: Unknown, lastActive: m.now()}
 		m.boxes[user] = b
 	}
 	return b
@@ -193,20 +205,21 @@ func (m *Manager) pickSubnet(used []netip.Prefix) (netip.Prefix, error) {
 	return subnet.Allocate(m.cfg.Subnets, m.cfg.SubnetBits, used)
 }
 
-// setState records what the engine says of b; it is no longer verified.
+// setState records b's new state (and, when it is up, its endpoint).
 func (m *Manager) setState(b *box, state State, ep netip.AddrPort) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b.state, b.stale, b.verified = state, false, false
-	if ep.IsValid() || state != Running {
+	b.state = state
+	if ep.IsValid() || !state.up() {
 		b.endpoint = ep
 	}
 }
 
-// servingLocked reports whether requests may go straight to b's endpoint.
-// Caller holds m.mu.
-func (b *box) servingLocked() bool {
-	return b.state == Running && b.verified && !b.stale && b.endpoint.IsValid()
+// servingLocked reports whether requests may go straight to b's endpoint:
+// a bring-up of this manager saw its agent answer, bound to b's user, and
+// no engine event came since. Caller holds m.mu.
+func (m *Manager) servingLocked(b *box) bool {
+	return b.state == Running && b.endpoint.IsValid() && !m.looks[b]
 }
 
 // endpoint is where a sandbox's agent listens: on an engine with

@@ -65,11 +65,12 @@ func TestBurstFromAFullPool(t *testing.T) {
 // The pool never builds while a user waits for an admission slot.
 func TestPoolWaitsBehindUsers(t *testing.T) {
 	r := newRig(t, Config{Admission: 1})
+	r.run()
 	r.eng.gate = make(chan struct{})
 	go r.resolve("first") // holds the only slot
 	r.eventually("first in the engine", func() bool { r.eng.mu.Lock(); defer r.eng.mu.Unlock(); return r.eng.heavy == 1 })
 	go r.resolve("second") // waits
-	r.eventually("second queued", func() bool { return r.m.adm.waiting() == 1 })
+	r.eventually("second queued", func() bool { return r.m.adm.position("second") == 1 })
 	if _, ok := r.m.adm.tryAcquire(); ok {
 		t.Fatal("background work took a slot ahead of a waiting user")
 	}

@@ -11,16 +11,16 @@ import (
 // The per-sandbox loop, in the style of controller-runtime: reconcile
 // reads what the manager knows of one sandbox, decide picks the one next
 // step (a pure function of that view, the tiers and the clock), the step
-// runs, and reconcile says when to look again. The scan (every Tick),
-// engine events and stored wake times only queue names for it; requests
-// bring their sandbox up themselves (Resolve) and reconcile leaves a
-// sandbox alone while a bring-up is under way.
+// runs under the sandbox's op lock, and reconcile says when to look again.
+// Requests (Resolve), engine events, stored wake times and the scan (every
+// Tick) only queue names for it.
 
 // step is what reconcile does next for one sandbox.
 type step int
 
 const (
 	stepNone   step = iota
+	stepUp          // a request waits: bring it up and answer the request
 	stepLook        // an engine event arrived: read the engine before anything else
 	stepWake        // its stored wake time (less the lead) has come: bring it up, POST /wake
 	stepPause       // the idle tiers, each through goDown
@@ -29,7 +29,7 @@ const (
 )
 
 func (s step) String() string {
-	return [...]string{"none", "look", "wake", "pause", "stop", "remove"}[s]
+	return [...]string{"none", "up", "look", "wake", "pause", "stop", "remove"}[s]
 }
 
 // never is "no step is coming".
@@ -38,8 +38,9 @@ const never = time.Duration(math.MaxInt64)
 // view is what decide knows of one sandbox.
 type view struct {
 	state        State
-	stale        bool          // an engine event came since the manager last looked
-	bringingUp   bool          // a request's or a wake's bring-up is under way
+	look         bool          // an engine event came since the manager last read the engine
+	named        bool          // the registry names a sandbox for it
+	wanted       bool          // a request waits for it to serve
 	idle         time.Duration // since the last activating request
 	sinceRequest time.Duration // since the last request of any kind
 	hasWake      bool
@@ -50,10 +51,13 @@ type view struct {
 // how long until one may be due (never: only a request or an event can
 // change that).
 func decide(v view, t Tiers, grace time.Duration) (step, time.Duration) {
-	if v.bringingUp {
-		return stepNone, never // the bring-up ends in Running; the scan looks again
+	if v.wanted && (v.state != Running || v.look) {
+		return stepUp, 0 // whatever the state: the bring-up reads registry and engine itself
 	}
-	if v.stale || v.state == Unknown {
+	if !v.named {
+		return stepNone, never // nobody's sandbox yet: only a request makes one
+	}
+	if v.look || v.state == Unknown {
 		return stepLook, 0
 	}
 	if v.state.down() && v.hasWake && v.untilWake <= 0 {
@@ -66,12 +70,12 @@ func decide(v view, t Tiers, grace time.Duration) (step, time.Duration) {
 		}
 		return stepPause, 0
 	case Stop:
-		if v.state == Running && v.sinceRequest < grace {
+		if v.state.up() && v.sinceRequest < grace {
 			return stepNone, grace - v.sinceRequest
 		}
 		return stepStop, 0
 	case Remove:
-		if v.state == Running && v.sinceRequest < grace {
+		if v.state.up() && v.sinceRequest < grace {
 			return stepNone, grace - v.sinceRequest
 		}
 		return stepRemove, 0
@@ -85,7 +89,7 @@ func decide(v view, t Tiers, grace time.Duration) (step, time.Duration) {
 
 // viewLocked is b as decide sees it at now. Caller holds m.mu.
 func (m *Manager) viewLocked(b *box, now time.Time) view {
-	v := view{state: b.state, stale: b.stale, bringingUp: b.flight != nil,
+	v := view{state: b.state, look: m.looks[b], named: b.name != "", wanted: !b.wanted.IsZero(),
 		idle: now.Sub(b.lastActive), sinceRequest: now.Sub(b.lastRequest)}
 	if b.wakeAt != nil {
 		v.hasWake, v.untilWake = true, b.wakeAt.Add(-m.lead(b.state)).Sub(now)
@@ -94,26 +98,13 @@ func (m *Manager) viewLocked(b *box, now time.Time) view {
 }
 
 // reconcile takes b's next step, if one is due, and returns how long until
-// it should look again. Steps run in the background under b.op (one at a
-// time per sandbox); a sandbox whose op is taken is looked at next time.
+// it should look again. A step runs in the background under b.op, one at a
+// time per sandbox; a sandbox whose op is taken is queued again when the
+// step that holds it ends (withOp).
 func (m *Manager) reconcile(ctx context.Context, b *box) time.Duration {
 	now := m.now()
 	m.mu.Lock()
-	if b.name == "" { // never brought up by this manager, nor in the registry
-		m.mu.Unlock()
-		return never
-	}
-	v := m.viewLocked(b, now)
-	s, after := decide(v, m.cfg.Tiers, m.cfg.RequestGrace)
-	if s == stepWake {
-		// The bring-up is the wake's, started here under m.mu, so the
-		// next reconcile sees it and does not wake twice.
-		due := b.wakeAt.UTC()
-		f := m.flightLocked(b)
-		m.mu.Unlock()
-		go m.wake(ctx, b, f, due, v.state)
-		return never
-	}
+	s, after := decide(m.viewLocked(b, now), m.cfg.Tiers, m.cfg.RequestGrace)
 	m.mu.Unlock()
 	if s == stepNone {
 		return after
@@ -122,24 +113,47 @@ func (m *Manager) reconcile(ctx context.Context, b *box) time.Duration {
 		return m.cfg.Tick
 	}
 	go func() {
-		defer b.op.Unlock()
+		defer m.unlockOp(b)
 		m.take(ctx, b, s)
 	}()
 	return m.cfg.Tick
 }
 
+// unlockOp ends a step on b. A request that came meanwhile is looked at at
+// once; anything else waits for its time (a wake that failed is tried again
+// at the next look, not in a tight loop).
+func (m *Manager) unlockOp(b *box) {
+	b.op.Unlock()
+	m.mu.Lock()
+	wanted := !b.wanted.IsZero()
+	m.mu.Unlock()
+	if wanted {
+		m.queue(b.user)
+	}
+}
+
 // take runs step s on b, and after a look the step the engine's answer
 // calls for. Caller holds b.op.
 func (m *Manager) take(ctx context.Context, b *box, s step) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	if s == stepLook {
-		m.refresh(ctx, b)
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		m.look(lctx, b)
+		cancel()
 		now := m.now()
 		m.mu.Lock()
 		s, _ = decide(m.viewLocked(b, now), m.cfg.Tiers, m.cfg.RequestGrace)
 		m.mu.Unlock()
 	}
+	switch s {
+	case stepUp:
+		m.up(ctx, b)
+		return
+	case stepWake:
+		m.wake(ctx, b)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	var err error
 	switch s {
 	case stepPause:
@@ -148,13 +162,22 @@ func (m *Manager) take(ctx context.Context, b *box, s step) {
 		_, err = m.goDown(ctx, b, Stopped, causeIdle)
 	case stepRemove:
 		_, err = m.goDown(ctx, b, Removed, causeIdle)
-	case stepWake:
-		// After a look: the next scan starts it. Not queued at once, so a
-		// wake that keeps failing (no room at capacity) is retried once a
-		// Tick, not in a tight loop.
 	}
 	if err != nil {
 		m.log.Warn("idle tier", "user", b.user, "step", s.String(), "err", err)
+	}
+}
+
+// look reads b's state from the engine after an event; a container found
+// down that the registry still says runs has died (wake.go). Caller holds
+// b.op.
+func (m *Manager) look(ctx context.Context, b *box) {
+	m.refresh(ctx, b)
+	m.mu.Lock()
+	down := b.state.down()
+	m.mu.Unlock()
+	if down {
+		m.afterDeath(ctx, b)
 	}
 }
 
@@ -174,10 +197,13 @@ func (m *Manager) refresh(ctx context.Context, b *box) {
 		return
 	}
 	ep := netip.AddrPort{}
-	if state == Running {
+	if state.up() {
 		ep = c.Endpoint
 	}
 	m.setState(b, state, ep)
+	m.mu.Lock()
+	delete(m.looks, b)
+	m.mu.Unlock()
 }
 
 // queue asks the loop to reconcile user's sandbox now.

@@ -36,6 +36,7 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 	m.mu.Lock()
 	delete(m.boxes, user)
 	delete(m.lookAt, b)
+	delete(m.looks, b)
 	delete(m.byName, name)
 	m.mu.Unlock()
 	m.audit(user, "sandbox.reset", map[string]any{"sandbox": name})

@@ -6,23 +6,16 @@ import (
 	"time"
 )
 
-// flight is one bring-up of a sandbox that requests wait on together.
-type flight struct {
-	done   chan struct{}
-	queued bool // waiting for an admission slot
-	ep     netip.AddrPort
-	err    error
-}
-
-// Resolve returns the endpoint of user's sandbox, claiming one from the
-// warm pool, provisioning, starting or unpausing it first, and only once
-// its agent answers /health. activating requests count as activity for the
-// idle tiers; every request holds off a pause for RequestGrace.
+// Resolve returns the endpoint of user's sandbox once its agent answers
+// /health, bound to user. A sandbox that is not serving is brought up by
+// reconcile (claimed from the warm pool, provisioned, started or
+// unpaused): the request only records that it wants it, queues the name
+// and waits for the bring-up's answer. activating requests count as
+// activity for the idle tiers; every request holds off a pause for
+// RequestGrace.
 //
-// A request waits for its sandbox at most ProvisionTimeout; then it gets a
-// *QueuedError and the bring-up goes on, so asking again later finds it up.
-// A request that waited for a bring-up holds off a pause for RequestGrace
-// from when it is answered, not from when it came.
+// A request waits at most ProvisionTimeout; then it gets a *QueuedError,
+// and the bring-up goes on, so asking again later finds the sandbox up.
 func (m *Manager) Resolve(ctx context.Context, user string, activating bool) (netip.AddrPort, error) {
 	now := m.now()
 	m.mu.Lock()
@@ -31,80 +24,70 @@ func (m *Manager) Resolve(ctx context.Context, user string, activating bool) (ne
 	if activating {
 		b.lastActive = now
 	}
-	if b.servingLocked() {
+	if m.servingLocked(b) {
 		ep := b.endpoint
 		m.mu.Unlock()
 		return ep, nil
 	}
-	f := m.flightLocked(b)
+	if b.wanted.IsZero() {
+		b.wanted = now
+	}
+	w := make(chan upResult, 1)
+	b.waiters = append(b.waiters, w)
 	m.mu.Unlock()
+	m.queue(user)
 
 	budget := time.NewTimer(m.cfg.ProvisionTimeout)
 	defer budget.Stop()
 	select {
-	case <-f.done:
-		if f.err == nil {
-			m.mu.Lock()
-			b.lastRequest = m.now()
-			m.mu.Unlock()
-		}
-		return f.ep, f.err
+	case r := <-w:
+		return r.ep, r.err
 	case <-ctx.Done():
+		m.stopWaiting(b, w)
 		return netip.AddrPort{}, ctx.Err()
 	case <-budget.C:
-		m.mu.Lock()
-		queued := f.queued
-		m.mu.Unlock()
-		pos := 0
-		if queued {
-			pos = m.adm.waiting()
-		}
+		m.stopWaiting(b, w)
+		pos := m.adm.position(user)
 		return netip.AddrPort{}, &QueuedError{RetryAfter: m.adm.retryAfter(pos), Position: pos}
 	}
 }
 
-// flightLocked returns b's bring-up in progress, starting one if none is.
-// Caller holds m.mu.
-func (m *Manager) flightLocked(b *box) *flight {
-	if b.flight != nil {
-		return b.flight
+// stopWaiting takes a request that gave up off b's waiters; b stays wanted.
+func (m *Manager) stopWaiting(b *box, w chan upResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, o := range b.waiters {
+		if o == w {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			return
+		}
 	}
-	f := &flight{done: make(chan struct{})}
-	b.flight = f
-	base := m.base
-	go func() {
-		ctx, cancel := context.WithTimeout(base, m.cfg.BringUpTimeout)
-		defer cancel()
-		b.op.Lock()
-		ep, err := m.bringUp(ctx, b, f)
-		b.op.Unlock()
-		m.mu.Lock()
-		f.ep, f.err = ep, err
-		b.flight = nil
-		if err == nil { // whoever waits on it (a request, a wake) gets RequestGrace from the answer
-			b.lastRequest = m.now()
-		}
-		if err != nil && b.state == Provisioning { // it took a slot: look again before counting it
-			b.state, b.stale = Unknown, true
-		}
-		m.mu.Unlock()
-		close(f.done)
-		if err != nil {
-			m.log.Warn("sandbox bring-up", "user", b.user, "err", err)
-		}
-	}()
-	return f
 }
 
-// up brings b up (joining a bring-up in progress) and waits for it.
+// up is reconcile's bring-up step: it brings b's sandbox up and answers
+// every request waiting for it, with the endpoint or the error. Either way
+// b is no longer wanted: a request that asks again after a failure starts
+// a new attempt. A request answered by a bring-up holds off a pause for
+// RequestGrace from the answer, not from when it came. Caller holds b.op.
 func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
+	defer cancel()
+	ep, err := m.bringUp(ctx, b)
 	m.mu.Lock()
-	f := m.flightLocked(b)
-	m.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.ep, f.err
-	case <-ctx.Done():
-		return netip.AddrPort{}, ctx.Err()
+	waiters := b.waiters
+	if !b.wanted.IsZero() && err == nil {
+		b.lastRequest = m.now()
 	}
+	b.wanted, b.waiters = time.Time{}, nil
+	if err != nil && b.state == Provisioning { // it took a slot: look again before counting it
+		b.state = Unknown
+	}
+	m.mu.Unlock()
+	for _, w := range waiters {
+		w <- upResult{ep, err}
+	}
+	if err != nil {
+		m.log.Warn("sandbox bring-up", "user", b.user, "err", err)
+	}
+	return ep, err
 }

@@ -15,6 +15,7 @@ import (
 // the next request takes the fast path.
 func TestResolveProvisionsANewUser(t *testing.T) {
 	r := newRig(t, Config{})
+	r.run()
 	ep := r.mustResolve("alice")
 	if got := r.eng.status("alice"); got != "running" {
 		t.Fatalf("container %q, want running", got)
@@ -38,6 +39,7 @@ func TestResolveProvisionsANewUser(t *testing.T) {
 // one container each, never more than two creates or starts at once.
 func TestBurstIsAdmittedInTurn(t *testing.T) {
 	r := newRig(t, Config{Admission: 2})
+	r.run()
 	r.eng.slow = 5 * time.Millisecond
 	users := make([]string, 20)
 	for i := range users {
@@ -73,6 +75,7 @@ func TestBurstIsAdmittedInTurn(t *testing.T) {
 // sandbox is still brought up: asking again finds it running.
 func TestOverBudgetRequestIsToldWhenToComeBack(t *testing.T) {
 	r := newRig(t, Config{Admission: 1, ProvisionTimeout: 20 * time.Millisecond})
+	r.run()
 	r.eng.gate = make(chan struct{})
 	errs := make(chan error, 2)
 	go func() { _, err := r.resolve("first"); errs <- err }()
@@ -92,6 +95,7 @@ func TestOverBudgetRequestIsToldWhenToComeBack(t *testing.T) {
 // A bad sandbox is not retried forever and leaves no running slot taken.
 func TestFailedBringUpFreesItsSlot(t *testing.T) {
 	r := newRig(t, Config{MaxRunning: 1})
+	r.run()
 	r.eng.failCreate = true
 	if _, err := r.resolve("a"); err == nil {
 		t.Fatal("a failing engine answered")
@@ -105,6 +109,7 @@ func TestFailedBringUpFreesItsSlot(t *testing.T) {
 // An agent that says it belongs to another user is never bound again.
 func TestAgentOfAnotherUserIsRefused(t *testing.T) {
 	r := newRig(t, Config{})
+	r.run()
 	ep := r.mustResolve("alice")
 	// Someone points bob's row at alice's sandbox.
 	row, _ := r.reg.Row("alice")
@@ -123,15 +128,11 @@ func TestAgentOfAnotherUserIsRefused(t *testing.T) {
 // again and is refused if the agent is someone else's now.
 func TestEngineStateIsNotTrustedUnverified(t *testing.T) {
 	r := newRig(t, Config{})
+	r.run()
 	ep := r.mustResolve("alice")
 	r.agents.SetOwner(ep, "mallory") // what a swapped container would say
-	r.m.mu.Lock()
-	r.m.boxes["alice"].stale = true // an engine event
-	r.m.mu.Unlock()
-	b := r.m.box("alice")
-	b.op.Lock()
-	r.m.refresh(context.Background(), b) // the scan reads the engine: running
-	b.op.Unlock()
+	r.m.onEvent(context.Background(), Event{Sandbox: "alice", Kind: EventChanged})
+	r.eventually("the look after the event", func() bool { return r.state("alice") == Started })
 	if _, err := r.resolve("alice"); !errors.Is(err, ErrClaimedByOther) {
 		t.Fatalf("resolve after a refresh = %v, want ErrClaimedByOther", err)
 	}

@@ -9,11 +9,8 @@ import (
 // connect), keeps the warm pool full and reconciles every sandbox until
 // ctx ends: all of them every Tick, queued ones at once, and exactly when
 // the earliest next step is due (a tick of a second would make reminders
-// up to a second late). Bring-ups started by requests run on ctx too.
+// up to a second late). Every step, a request's bring-up too, runs on ctx.
 func (m *Manager) Run(ctx context.Context) {
-	m.mu.Lock()
-	m.base = ctx
-	m.mu.Unlock()
 	go m.followEvents(ctx)
 	go m.fillPool(ctx)
 	lastScan := time.Time{}
@@ -79,10 +76,14 @@ func (m *Manager) followEvents(ctx context.Context) {
 	}
 }
 
-// onEvent marks the sandbox an engine event names as stale and queues it:
-// reconcile asks the engine what changed. A death is handled at once
-// (afterDeath). A start without a sandbox is the gateway's: Caddy lost its
-// sandbox networks, so everything is adopted again.
+// onEvent queues the sandbox an engine event names for a look, unless the
+// event says what the manager already knows (its own start, pause, stop or
+// removal): reconcile's look asks the engine what changed (and tells a
+// death from a stop). An event may arrive late, after later changes, so it
+// only ever asks for a look; the state stays what the manager last saw
+// until the engine is read. A start without a sandbox is
+// the gateway's: Caddy lost its sandbox networks, so everything is adopted
+// again.
 func (m *Manager) onEvent(ctx context.Context, ev Event) {
 	if ev.Sandbox == "" {
 		if ev.Kind == EventStarted {
@@ -100,25 +101,24 @@ func (m *Manager) onEvent(ctx context.Context, ev Event) {
 		m.mu.Unlock()
 		return // a pool sandbox, or one not seen yet
 	}
-	// An event that says what the manager already knows (its own pause,
-	// stop or removal) changes nothing; any other makes the box stale.
-	known := (ev.Kind == EventPaused && b.state == Paused) ||
-		(ev.Kind == EventDied && (b.state == Stopped || b.state == Removed)) ||
-		(ev.Kind == EventRemoved && b.state == Removed)
-	if known {
-		m.mu.Unlock()
-		return
-	}
-	b.stale = true
+	// A sandbox in a step's transitional state is left to that step: its
+	// outcome is newer than the event, and a failure there makes it Unknown.
+	known := b.state == Provisioning || b.state == Pausing
 	switch ev.Kind {
+	case EventStarted, EventUnpaused:
+		known = known || b.state.up()
 	case EventPaused:
-		b.state = Paused
-	case EventDied:
-		b.state = Stopped
-		go m.afterDeath(ctx, b)
+		known = known || b.state == Paused
+	case EventDied, EventChanged:
+		known = known || b.state == Stopped || b.state == Removed
 	case EventRemoved:
-		b.state = Removed
+		known = known || b.state == Removed
+	}
+	if !known {
+		m.looks[b] = true
 	}
 	m.mu.Unlock()
-	m.queue(b.user)
+	if !known {
+		m.queue(b.user)
+	}
 }

@@ -7,6 +7,11 @@ import "github.com/affido/affido/manager/registry"
 //	pool ──claim──▶ running ◀──resume── paused ◀──pause── running
 //	(none) ──provision──▶ provisioning ──▶ running
 //	running ──▶ paused ──▶ stopped ──▶ removed (volumes stay) ──▶ provisioning
+//	started ──a bring-up sees its agent, bound to the user──▶ running
+//
+// Started is a container the engine says runs but whose agent this manager
+// has not seen answer since (adopted, or read after an engine event):
+// requests wait for a bring-up to check it first.
 //
 // Pausing is the short step in which the manager has asked the agent to go
 // idle and not yet frozen it: requests wait for the outcome rather than
@@ -20,6 +25,7 @@ const (
 	Unknown      State = "unknown" // not yet read from the engine
 	Pool         State = "pool"    // a warm-pool sandbox, nobody's yet
 	Provisioning State = "provisioning"
+	Started      State = "started" // running per the engine, agent not yet checked
 	Running      State = "running"
 	Pausing      State = "pausing"
 	Paused       State = "paused"
@@ -28,7 +34,10 @@ const (
 )
 
 // counts reports whether a sandbox in s takes a running slot.
-func (s State) counts() bool { return s == Running || s == Pausing || s == Provisioning }
+func (s State) counts() bool { return s.up() || s == Pausing || s == Provisioning }
+
+// up reports whether the container of a sandbox in s runs.
+func (s State) up() bool { return s == Running || s == Started }
 
 // down reports whether s is one of the tiers a sandbox sleeps in.
 func (s State) down() bool { return s == Paused || s == Stopped || s == Removed }
@@ -36,7 +45,7 @@ func (s State) down() bool { return s == Paused || s == Stopped || s == Removed 
 // stored is the registry's word for s.
 func (s State) stored() string {
 	switch s {
-	case Running, Pausing:
+	case Running, Started, Pausing:
 		return registry.StateRunning
 	case Paused:
 		return registry.StatePaused
@@ -66,11 +75,12 @@ func storedState(word string) State {
 }
 
 // engineState is the State of a container the engine reports (a missing
-// container is Removed; see Inspect's ErrNotFound).
+// container is Removed; see Inspect's ErrNotFound). A running one is only
+// Started: the engine does not say whose agent answers in it.
 func engineState(s Status) State {
 	switch s {
 	case StatusRunning:
-		return Running
+		return Started
 	case StatusPaused:
 		return Paused
 	case StatusStopped:

@@ -28,7 +28,7 @@ type Tiers struct {
 func (t Tiers) Next(state State, idle time.Duration) Action {
 	reached := func(d time.Duration) bool { return d > 0 && idle >= d }
 	switch state {
-	case Running:
+	case Running, Started:
 		switch {
 		case reached(t.Remove):
 			return Remove
@@ -57,7 +57,7 @@ func (t Tiers) Next(state State, idle time.Duration) Action {
 func (t Tiers) until(state State, idle time.Duration) time.Duration {
 	var ahead []time.Duration
 	switch state {
-	case Running:
+	case Running, Started:
 		ahead = []time.Duration{t.Pause, t.Stop, t.Remove}
 	case Paused:
 		ahead = []time.Duration{t.Stop, t.Remove}

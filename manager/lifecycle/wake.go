@@ -2,11 +2,8 @@ package lifecycle
 
 import (
 	"context"
-	"net/netip"
 	"sort"
 	"time"
-
-	"github.com/affido/affido/manager/registry"
 )
 
 // ReportWake keeps the next due time user's agent reported (nil: nothing
@@ -24,20 +21,19 @@ func (m *Manager) ReportWake(ctx context.Context, user string, at *time.Time) er
 	return nil
 }
 
-// wake waits for the bring-up reconcile started for a sandbox whose stored
-// wake time came (f), then tells the agent to run its due work.
-func (m *Manager) wake(ctx context.Context, b *box, f *flight, due time.Time, tier State) {
+// wake is reconcile's step for a sandbox whose stored wake time (less
+// the lead) has come: it brings the sandbox up, answering any request that
+// waits meanwhile, and tells the agent to run its due work. Caller holds
+// b.op.
+func (m *Manager) wake(ctx context.Context, b *box) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
 	defer cancel()
+	m.mu.Lock()
+	due, tier := b.wakeAt.UTC(), b.state
+	restart := due.Equal(b.restartAt)
+	m.mu.Unlock()
 	begin := time.Now()
-	var ep netip.AddrPort
-	var err error
-	select {
-	case <-f.done:
-		ep, err = f.ep, f.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
+	ep, err := m.up(ctx, b)
 	if err != nil {
 		m.log.Warn("wake: sandbox did not come up", "user", b.user, "err", err)
 		return
@@ -51,7 +47,11 @@ func (m *Manager) wake(ctx context.Context, b *box, f *flight, due time.Time, ti
 		m.noteResume(tier, time.Since(begin))
 	}
 	m.metrics.Wake.Observe(time.Since(due).Seconds())
-	m.audit(b.user, "sandbox.woken", map[string]any{"due": due.UTC().Format(time.RFC3339Nano)})
+	if restart {
+		m.audit(b.user, "sandbox.restarted", map[string]any{"reason": "died with work in flight"})
+		return
+	}
+	m.audit(b.user, "sandbox.woken", map[string]any{"due": due.Format(time.RFC3339Nano)})
 }
 
 // resumeSamples is how many recent resume times per tier the wake lead
@@ -100,76 +100,41 @@ const (
 	crashWindow    = 5 * time.Minute
 )
 
-// afterDeath handles a container that died without the manager stopping
-// it. If its agent had reported a future wake time, that time is stored so
-// the wake scheduler brings it back then; if it had work due, it is started
-// again once, after a backoff, and the event is recorded.
+// afterDeath is what a look does with a container it found down: if the
+// registry still says it runs, nobody took it down (every step that does
+// stores the new state first), so it died. Its state is stored with the
+// wake time it needs: the agent's last reported due time if that is still
+// ahead; if work was due, a restart after a backoff, once per crashWindow;
+// otherwise none. The wake step then brings it back. Caller holds b.op.
 func (m *Manager) afterDeath(ctx context.Context, b *box) {
-	m.mu.Lock()
-	reported := b.reported
-	restartedRecently := !b.restartedAt.IsZero() && m.now().Sub(b.restartedAt) < crashWindow
-	m.mu.Unlock()
-	if reported == nil {
-		return
-	}
-	// Store first, then act (goDown): a container the manager took down
-	// has its new state in the registry already (or no row, after a
-	// reset), so only a death leaves the row running.
-	if row, err := m.reg.Sandbox(ctx, b.user); err != nil || row.State != registry.StateRunning {
-		return
-	}
-	if reported.After(m.now()) {
-		if err := m.storeWake(ctx, b, reported); err != nil {
-			m.log.Warn("died sandbox: wake time not stored", "user", b.user, "err", err)
-		}
-		m.queue(b.user) // the loop's next look may now be this wake
-		m.audit(b.user, "sandbox.died", wakeDetail(reported))
-		return
-	}
-	if restartedRecently {
-		m.audit(b.user, "sandbox.died", map[string]any{"restart": "not again within " + crashWindow.String()})
-		return
-	}
-	m.audit(b.user, "sandbox.died", map[string]any{"restart_in": restartBackoff.String()})
-	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(restartBackoff):
-		}
-		m.mu.Lock()
-		b.restartedAt = m.now()
-		m.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
-		defer cancel()
-		ep, err := m.up(rctx, b)
-		if err != nil {
-			m.log.Warn("restart after death", "user", b.user, "err", err)
-			return
-		}
-		if err := m.agent.Wake(rctx, ep); err != nil {
-			m.log.Warn("restart after death: /wake", "user", b.user, "err", err)
-		}
-		m.mu.Lock()
-		b.lastActive = m.now()
-		m.mu.Unlock()
-		m.audit(b.user, "sandbox.restarted", map[string]any{"reason": "died with work in flight"})
-	}()
-}
-
-// storeWake records wakeAt in the registry row without changing its state
-// (it still says running: a later death is still told from a stop).
-func (m *Manager) storeWake(ctx context.Context, b *box, wakeAt *time.Time) error {
 	row, err := m.reg.Sandbox(ctx, b.user)
-	if err != nil {
-		return err
+	if err != nil || storedState(row.State) != Running {
+		return
 	}
-	row.WakeAt = wakeAt
-	if err := m.reg.UpdateSandbox(ctx, row); err != nil {
-		return err
-	}
+	now := m.now()
 	m.mu.Lock()
-	b.wakeAt = wakeAt
+	state, reported := b.state, b.reported
+	again := !b.restartAt.IsZero() && now.Sub(b.restartAt) < crashWindow
 	m.mu.Unlock()
-	return nil
+	var wakeAt *time.Time
+	detail := map[string]any{}
+	switch {
+	case reported == nil:
+	case reported.After(now):
+		wakeAt, detail = reported, wakeDetail(reported)
+	case again:
+		detail["restart"] = "not again within " + crashWindow.String()
+	default:
+		at := now.Add(restartBackoff).Truncate(time.Millisecond) // as the registry keeps it
+		wakeAt = &at
+		detail["restart_in"] = restartBackoff.String()
+		m.mu.Lock()
+		b.restartAt = at
+		m.mu.Unlock()
+	}
+	if err := m.store(ctx, b, state, wakeAt); err != nil {
+		m.log.Warn("died sandbox: state not stored", "user", b.user, "err", err)
+		return
+	}
+	m.audit(b.user, "sandbox.died", detail)
 }
