@@ -44,8 +44,23 @@ EOF
 die() { echo "dev.sh: $*" >&2; exit 1; }
 say() { echo "==> $*" >&2; }
 
+# control_key exports the stack's control key: the one credential Caddy's
+# sandbox-control listener answers (caddy/controlkey). It is made at the
+# stack's first start and kept in .secrets/STACK/control.key, given to the
+# manager and Caddy only, never to a sandbox.
+control_key() {
+  [[ -n "${AFFIDO_CONTROL_KEY:-}" ]] && return 0
+  local dir=.secrets/$AFFIDO_STACK
+  if [[ ! -s $dir/control.key ]]; then
+    (umask 077 && mkdir -p "$dir" && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > "$dir/control.key")
+  fi
+  AFFIDO_CONTROL_KEY=$(<"$dir/control.key")
+  export AFFIDO_CONTROL_KEY
+}
+
 # compose runs docker compose or docker-compose, whichever exists.
 compose() {
+  control_key
   if docker compose version >/dev/null 2>&1; then
     docker compose -p "$AFFIDO_STACK" -f compose.yaml "$@"
   elif command -v docker-compose >/dev/null 2>&1; then
@@ -344,6 +359,7 @@ cmd_reset() {
   # What compose created under the project name, should compose itself have failed.
   docker network rm "${AFFIDO_STACK}_control" >/dev/null 2>&1 || true
   docker volume rm -f "${AFFIDO_STACK}_oltp" >/dev/null 2>&1 || true
+  rm -rf ".secrets/$AFFIDO_STACK" # the stack's own keys go with its data
   unguard_host
   if [[ "$keep_images" == yes ]]; then
     echo "reset: no $AFFIDO_STACK containers, networks or volumes left (images kept)"

@@ -213,6 +213,33 @@ func urlEscape(s string) string {
 	return r.Replace(s)
 }
 
+// The control listener (Caddy :8081) adds the control header and connects
+// from the one address agents trust; anything on the control network (a
+// local user of a shared host) used it to read another user's rules and
+// inspect. Tried from a container on the control network: no key, an
+// empty one, a forged one, the caller key in its place → 401, and the
+// agent is not reached.
+func TestAttackControlListenerWithoutTheKey(t *testing.T) {
+	user, tok := newUser(t, "atk-ctl")
+	keepAwake(t, user, tok)
+	ep := psql(t, "SELECT endpoint FROM sandboxes WHERE user_id = '"+user+"'")
+	caddy := env("AFFIDO_CADDY_IP", "10.212.1.10")
+	for _, route := range []string{"/rules", "/inspect", "/health"} {
+		url := "http://" + caddy + ":8081/_sandbox/" + ep + route
+		for _, hdr := range [][]string{nil, {"X-Affido-Control-Key:"}, {"X-Affido-Control-Key:" + strings.Repeat("0", 64)},
+			{"X-Affido-Control:1", "X-Affido-Caller:guess"}} {
+			out := docker(t, append([]string{"run", "--rm", "--network", stack + "_control", "affido/probe:test", "-geth", url}, hdr...)...)
+			if !strings.HasPrefix(out, "401 ") || !strings.Contains(out, "answers only the manager") {
+				t.Errorf("%s with %q: %s", route, hdr, out)
+			}
+		}
+	}
+	// The manager's own calls still pass: the sandbox is reachable and woken by it.
+	if r := prompt(t, user, tok, map[string]any{"text": "hello"}); r.Status != "done" {
+		t.Fatalf("a prompt after the attempts: %+v", r)
+	}
+}
+
 // Guessing tokens: from one address (a container on the control network,
 // so the rest of the suite keeps its own budget), failures past 20 get 429
 // with no credential lookup.

@@ -23,6 +23,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	_ "github.com/affido/affido/caddy/controlkey"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
 )
 
@@ -32,7 +33,8 @@ type stack struct {
 	mu                     sync.Mutex
 	resolves               []url.Values
 	gatewayHeaders         []http.Header
-	callerKeys             [][]string // X-Affido-Caller as each request reached a sandbox or the manager
+	callerKeys             [][]string  // X-Affido-Caller as each request reached a sandbox or the manager
+	headers                http.Header // of the last request that reached a stand-in
 }
 
 // callerKeySeen returns the X-Affido-Caller values of the last request that
@@ -47,6 +49,22 @@ func (s *stack) sawCaller(r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.callerKeys = append(s.callerKeys, r.Header.Values("X-Affido-Caller"))
+	s.headers = r.Header.Clone()
+}
+
+// callerKeysSeen is every request that reached a stand-in, as the caller
+// keys it carried.
+func (s *stack) callerKeysSeen() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]string(nil), s.callerKeys...)
+}
+
+// lastHeaders are the headers of the last request that reached a stand-in.
+func (s *stack) lastHeaders() http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.headers
 }
 
 func (s *stack) resolveCalls() []url.Values {
@@ -153,6 +171,7 @@ func startStack(t *testing.T) *stack {
 	t.Setenv("AFFIDO_MANAGER", s.manager)
 	t.Setenv("AFFIDO_SANDBOX_POOL", "127.0.1.0/24")
 	t.Setenv("AFFIDO_CALLER_KEY", callerKey) // as on Kubernetes; Docker leaves it empty
+	t.Setenv("AFFIDO_CONTROL_KEY", controlKey)
 	adapter := caddyconfig.GetAdapter("caddyfile")
 	cfgJSON, _, err := adapter.Adapt(src, nil)
 	if err != nil {
@@ -181,6 +200,21 @@ func startStack(t *testing.T) *stack {
 
 // callerKey is the key Caddy sends sandboxes in the tests.
 const callerKey = "0123456789abcdef0123456789abcdef-caller"
+
+// controlKey is the manager's key for the control listener in the tests;
+// control is the header that carries it.
+const controlKey = "fedcba9876543210fedcba9876543210-control"
+
+var control = map[string]string{"X-Affido-Control-Key": controlKey}
+
+// with returns h plus the control key.
+func with(h map[string]string) map[string]string {
+	out := map[string]string{"X-Affido-Control-Key": controlKey}
+	for k, v := range h {
+		out[k] = v
+	}
+	return out
+}
 
 func get(t *testing.T, rawURL string, hdr map[string]string) (int, string) {
 	t.Helper()
@@ -264,7 +298,7 @@ func TestCaddyRoute(t *testing.T) {
 			if got := s.callerKeySeen(); code != 200 || !strings.HasPrefix(body, "sandbox A path=/status ") || len(got) != 1 || got[0] != callerKey {
 				t.Errorf("user route, client sent %q: %d %q, sandbox saw %q", forged, code, body, got)
 			}
-			code, body = send(t, "POST", s.control+"/_sandbox/"+s.sbA+"/wake", map[string]string{"X-Affido-Caller": forged})
+			code, body = send(t, "POST", s.control+"/_sandbox/"+s.sbA+"/wake", with(map[string]string{"X-Affido-Caller": forged}))
 			if got := s.callerKeySeen(); code != 200 || len(got) != 1 || got[0] != callerKey {
 				t.Errorf("control route, client sent %q: %d %q, sandbox saw %q", forged, code, body, got)
 			}
@@ -370,7 +404,7 @@ func TestCaddyRoute(t *testing.T) {
 	})
 
 	t.Run("sandbox control listener marks its requests as control, whatever the client sent", func(t *testing.T) {
-		for _, sent := range []map[string]string{nil, {"X-Affido-Control": "0"}} {
+		for _, sent := range []map[string]string{control, with(map[string]string{"X-Affido-Control": "0"})} {
 			code, body := send(t, "POST", s.control+"/_sandbox/"+s.sbA+"/claim", sent)
 			if code != 200 || !strings.HasPrefix(body, "sandbox A path=/claim ") || !strings.HasSuffix(body, `control=["1"]`) {
 				t.Errorf("sent %v: got %d %q", sent, code, body)
@@ -379,11 +413,39 @@ func TestCaddyRoute(t *testing.T) {
 	})
 
 	t.Run("sandbox control listener reaches pool addresses only", func(t *testing.T) {
-		if code, body := get(t, s.control+"/_sandbox/"+s.sbB+"/health", nil); code != 200 || !strings.HasPrefix(body, "sandbox B path=/health") {
+		if code, body := get(t, s.control+"/_sandbox/"+s.sbB+"/health", control); code != 200 || !strings.HasPrefix(body, "sandbox B path=/health") {
 			t.Fatalf("pool address: %d %q", code, body)
 		}
-		if code, body := get(t, s.control+"/_sandbox/"+s.manager+"/v1/resolve", nil); code < 500 || strings.Contains(body, "manager") {
+		if code, body := get(t, s.control+"/_sandbox/"+s.manager+"/v1/resolve", control); code < 500 || strings.Contains(body, "manager") {
 			t.Fatalf("manager address: %d %q", code, body)
+		}
+	})
+
+	// The attack (issue 28): anything that reaches the control network
+	// (a local user of a shared host, a pod) asked another user's agent for
+	// its rules, inspect, prompt and claim routes through Caddy, which
+	// added the control header and connected from the address the agent
+	// trusts. Only the manager's key opens the listener now.
+	t.Run("sandbox control listener refuses callers without the manager's key", func(t *testing.T) {
+		for _, h := range []map[string]string{nil, {"X-Affido-Control-Key": ""}, {"X-Affido-Control-Key": "guess"},
+			{"X-Affido-Control-Key": controlKey + "x"}, {"X-Affido-Control-Key": controlKey[:len(controlKey)-1]},
+			{"X-Affido-Control": "1", "X-Affido-Caller": callerKey}} {
+			for _, p := range []string{"/_sandbox/" + s.sbB + "/rules", "/_sandbox/" + s.sbB + "/inspect", "/_sandbox/" + s.sbA + "/claim", "/nothing"} {
+				before := len(s.callerKeysSeen())
+				code, body := send(t, "POST", s.control+p, h)
+				if code != 401 || !strings.Contains(body, `"status":401`) || len(s.callerKeysSeen()) != before {
+					t.Errorf("%s with %v: %d %q (and %d requests reached a stand-in)", p, h, code, body, len(s.callerKeysSeen())-before)
+				}
+			}
+		}
+	})
+
+	t.Run("the control key never reaches an agent", func(t *testing.T) {
+		if code, body := send(t, "POST", s.control+"/_sandbox/"+s.sbA+"/echo-headers", control); code != 200 {
+			t.Fatalf("%d %q", code, body)
+		}
+		if got := s.lastHeaders().Get("X-Affido-Control-Key"); got != "" {
+			t.Fatalf("the agent saw the control key %q", got)
 		}
 	})
 }

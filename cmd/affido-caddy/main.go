@@ -7,6 +7,7 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	_ "github.com/affido/affido/caddy/controlkey"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
 )
 

@@ -146,6 +146,17 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 2 && os.Args[1] == "-geth" { // -geth URL [Name:Value ...]
+		req, err := http.NewRequest("GET", os.Args[2], nil)
+		if err == nil {
+			for _, h := range os.Args[3:] {
+				name, value, _ := strings.Cut(h, ":")
+				req.Header.Set(name, value)
+			}
+		}
+		show(req, err)
+		return
+	}
 	if len(os.Args) > 2 && os.Args[1] == "-get" {
 		req, err := http.NewRequest("GET", os.Args[2], nil)
 		if err == nil {

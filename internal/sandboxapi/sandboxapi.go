@@ -67,6 +67,17 @@ const (
 // ClaimPath only with it.
 const HeaderControl = "X-Affido-Control"
 
+// HeaderControlKey carries the control key from the manager to Caddy's
+// control listener, which answers nothing without it (caddy/controlkey)
+// and removes it before it proxies: no agent ever sees it. EnvControlKey
+// holds it in the manager's and Caddy's environment, never a sandbox's.
+const (
+	HeaderControlKey = "X-Affido-Control-Key"
+	EnvControlKey    = "AFFIDO_CONTROL_KEY"
+	// MinControlKeyLen is the shortest control key either side accepts.
+	MinControlKeyLen = 32
+)
+
 // HeaderCaller carries the caller key: Caddy sets it on every request it
 // sends a sandbox (both listeners; a client's own is dropped), and an
 // agent given EnvCallerKeyHash answers nothing else. The agent is given

@@ -28,15 +28,17 @@ var _ lifecycle.Agent = (*Client)(nil)
 // Client calls agents.
 type Client struct {
 	proxy string // e.g. http://caddy:8081; empty to dial directly
+	key   string // the control key the proxy answers only with
 	http  *http.Client
 }
 
-// New returns a client that goes through proxy (may be empty).
-func New(proxy string) *Client {
+// New returns a client that goes through proxy (may be empty), showing it
+// key (sandboxapi.HeaderControlKey).
+func New(proxy, key string) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 32
 	tr.DisableCompression = true
-	return &Client{proxy: strings.TrimRight(proxy, "/"), http: &http.Client{Transport: tr}}
+	return &Client{proxy: strings.TrimRight(proxy, "/"), key: key, http: &http.Client{Transport: tr}}
 }
 
 func (c *Client) url(ep netip.AddrPort, path string) string {
@@ -66,6 +68,9 @@ func (c *Client) do(ctx context.Context, method string, ep netip.AddrPort, path 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set(sandboxapi.HeaderControl, "1")
+	if c.proxy != "" {
+		req.Header.Set(sandboxapi.HeaderControlKey, c.key)
+	}
 	return c.http.Do(req)
 }
 

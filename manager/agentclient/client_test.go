@@ -15,6 +15,8 @@ import (
 
 var ep = netip.MustParseAddrPort("10.213.0.10:8080")
 
+const testControlKey = "0123456789abcdef0123456789abcdef"
+
 // proxy stands in for Caddy's control listener: it answers with status and
 // body, and records what it got.
 func proxy(t *testing.T, status int, body string, got *http.Request, claim *sandboxapi.Claim) *agentclient.Client {
@@ -27,7 +29,7 @@ func proxy(t *testing.T, status int, body string, got *http.Request, claim *sand
 		w.Write([]byte(body))
 	}))
 	t.Cleanup(srv.Close)
-	return agentclient.New(srv.URL)
+	return agentclient.New(srv.URL, testControlKey)
 }
 
 func TestClaim(t *testing.T) {
@@ -39,6 +41,9 @@ func TestClaim(t *testing.T) {
 	}
 	if got.Method != "POST" || got.URL.Path != "/_sandbox/"+ep.String()+sandboxapi.ClaimPath || got.Header.Get(sandboxapi.HeaderControl) != "1" {
 		t.Fatalf("sent %s %s with control header %q", got.Method, got.URL.Path, got.Header.Get(sandboxapi.HeaderControl))
+	}
+	if k := got.Header.Values(sandboxapi.HeaderControlKey); len(k) != 1 || k[0] != testControlKey {
+		t.Fatalf("sent control key %q, want the manager's", k)
 	}
 	if claim != (sandboxapi.Claim{User: "alice", Token: "tok-a"}) {
 		t.Fatalf("sent %+v", claim)

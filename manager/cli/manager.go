@@ -143,7 +143,7 @@ func serve(ctx context.Context) error {
 
 	var mgr *lifecycle.Manager
 	metrics := lifecycle.NewMetrics(func() map[string]int { return mgr.StateCounts() })
-	mgr = lifecycle.New(eng, store, agentclient.New(cfg.SandboxProxy), lifecycle.Config{
+	mgr = lifecycle.New(eng, store, agentclient.New(cfg.SandboxProxy, cfg.ControlKey), lifecycle.Config{
 		Stack:            cfg.Stack,
 		Subnets:          cfg.SandboxPool,
 		SubnetBits:       cfg.SubnetBits,

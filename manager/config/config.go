@@ -24,6 +24,7 @@ type Config struct {
 	SandboxPool      netip.Prefix           // AFFIDO_SANDBOX_POOL
 	SubnetBits       int                    // AFFIDO_SANDBOX_SUBNET_BITS
 	SandboxProxy     string                 // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
+	ControlKey       string                 // AFFIDO_CONTROL_KEY: the key that listener answers only with
 	GatewayContainer string                 // AFFIDO_GATEWAY_CONTAINER: Caddy's container name
 	GatewayURL       string                 // AFFIDO_GATEWAY_URL: the gateway as sandboxes see it
 	IdlePause        time.Duration          // AFFIDO_IDLE_PAUSE
@@ -116,6 +117,7 @@ func Load() (Config, error) {
 		AgentImage:       str("AFFIDO_AGENT_IMAGE", "affido/agent:dev"),
 		SubnetBits:       int(num("AFFIDO_SANDBOX_SUBNET_BITS", 28)),
 		SandboxProxy:     str("AFFIDO_SANDBOX_PROXY", "http://caddy:8081"),
+		ControlKey:       os.Getenv(sandboxapi.EnvControlKey),
 		GatewayContainer: str("AFFIDO_GATEWAY_CONTAINER", "affido-caddy"),
 		GatewayURL:       str("AFFIDO_GATEWAY_URL", "http://gateway:8088"),
 		IdlePause:        dur("AFFIDO_IDLE_PAUSE", "5m"),
@@ -236,6 +238,9 @@ func Load() (Config, error) {
 		return spend.USD(f)
 	}
 	c.SpendLimits = spend.Limits{Daily: usd("AFFIDO_SPEND_DAILY_USD", "5"), Monthly: usd("AFFIDO_SPEND_MONTHLY_USD", "50")}
+	if c.SandboxProxy != "" && len(c.ControlKey) < sandboxapi.MinControlKeyLen {
+		errs = append(errs, fmt.Errorf("%s: the key of Caddy's control listener, at least %d characters (./dev.sh up makes one), got %d", sandboxapi.EnvControlKey, sandboxapi.MinControlKeyLen, len(c.ControlKey)))
+	}
 	c.Runtime = str("AFFIDO_RUNTIME", "docker")
 	switch c.Runtime {
 	case "docker":

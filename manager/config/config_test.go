@@ -15,6 +15,7 @@ import (
 func TestKubernetesNeedsTheCallerKeyHash(t *testing.T) {
 	t.Setenv("AFFIDO_RUNTIME", "kubernetes")
 	t.Setenv("AFFIDO_KUBE_POD_CIDR", "10.244.0.0/16")
+	t.Setenv(sandboxapi.EnvControlKey, strings.Repeat("k", sandboxapi.MinControlKeyLen))
 	good := sandboxapi.CallerKeyHash("a caller key of thirty-two bytes!")
 	for _, bad := range []string{"", "a caller key of thirty-two bytes!", good[:62], strings.Repeat("z", 64), sandboxapi.CallerKeyHash("")} {
 		t.Setenv("AFFIDO_KUBE_CALLER_KEY_SHA256", bad)
@@ -29,5 +30,21 @@ func TestKubernetesNeedsTheCallerKeyHash(t *testing.T) {
 	}
 	if c.Kube.CallerKeyHash != good {
 		t.Fatalf("CallerKeyHash %q, want %q", c.Kube.CallerKeyHash, good)
+	}
+}
+
+// The manager does not start without the control listener's key (tried:
+// none, one a character short), rather than send control calls Caddy
+// refuses.
+func TestControlKeyIsRequired(t *testing.T) {
+	for _, bad := range []string{"", strings.Repeat("k", sandboxapi.MinControlKeyLen-1)} {
+		t.Setenv(sandboxapi.EnvControlKey, bad)
+		if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), sandboxapi.EnvControlKey) {
+			t.Errorf("%s=%q: %v, want an error naming it", sandboxapi.EnvControlKey, bad, err)
+		}
+	}
+	t.Setenv(sandboxapi.EnvControlKey, strings.Repeat("k", sandboxapi.MinControlKeyLen))
+	if _, err := config.Load(); err != nil {
+		t.Fatal(err)
 	}
 }

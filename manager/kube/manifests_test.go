@@ -164,6 +164,11 @@ func TestManifestsShareTheCallerKey(t *testing.T) {
 	if name, key := secret("affido-manager", "AFFIDO_KUBE_CALLER_KEY_SHA256"); name != "affido-caller" || key != "sha256" {
 		t.Errorf("the manager's AFFIDO_KUBE_CALLER_KEY_SHA256 comes from secret %q key %q, want affido-caller sha256", name, key)
 	}
+	for _, d := range []string{"affido-caddy", "affido-manager"} {
+		if name, key := secret(d, "AFFIDO_CONTROL_KEY"); name != "affido-control" || key != "key" {
+			t.Errorf("%s's AFFIDO_CONTROL_KEY comes from secret %q key %q, want affido-control key", d, name, key)
+		}
+	}
 	if n := replicas(objs, "affido-caddy"); n < 2 {
 		t.Errorf("the Caddy Deployment has %d replicas, want 2 or more", n)
 	}
