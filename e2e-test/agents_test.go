@@ -182,7 +182,7 @@ func TestDelegationMakesMainAsk(t *testing.T) {
 	sink := "http://" + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + ":9999"
 	grant(t, user, tok, "delegate")
 	mustPost(t, user, tok, "/rules", `{"tool":"shell","effect":"allow","when":{"command_prefix":"ls "}}`, 201)
-	mustPost(t, worker, tok, "/rules", `{"tool":"fetch_url","effect":"allow"}`, 201)
+	mustPost(t, worker, tok, "/rules", `{"tool":"fetch_url","effect":"allow","confirm_unconditional":true}`, 201)
 	r := prompt(t, user, tok, map[string]any{"text": "delegate: fetch " + sink + "/page/one"})
 	if r.Status != "done" || !strings.Contains(r.Reply, "A test page") || !strings.Contains(r.Reply, "sha256") {
 		t.Fatalf("delegate: %+v", r)

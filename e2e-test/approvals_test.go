@@ -137,6 +137,20 @@ func TestApprovalDenyChangedArgumentsAndConditions(t *testing.T) {
 	}
 	c := ask(t, user, tok, "run: ls -a; touch chained.txt")
 	decide(t, user, tok, c.ID, `{"decision":"deny"}`)
+	// Issue 28: allow always on a harmless find saves that exact command,
+	// not the prefix "find ", so find -exec asks.
+	c = ask(t, user, tok, "run: find . -maxdepth 0 -name x")
+	if c.ProposedRule.When["command"] != "find . -maxdepth 0 -name x" || c.ProposedRule.When["command_prefix"] != "" {
+		t.Fatalf("proposed rule %+v", c.ProposedRule)
+	}
+	if s := decide(t, user, tok, c.ID, `{"decision":"allow_always"}`); s.Status != "done" {
+		t.Fatalf("allow always on find: %+v", s)
+	}
+	c = ask(t, user, tok, "run: find . -maxdepth 0 -exec touch pwned.txt {} +")
+	decide(t, user, tok, c.ID, `{"decision":"deny"}`)
+	if r := request(t, "GET", "/u/"+user+"/file?path=pwned.txt", bearer(tok)); r.Code != 404 {
+		t.Fatalf("find -exec ran: %d", r.Code)
+	}
 	c = ask(t, user, tok, "write notes/x.txt: hello")
 	if c.ProposedRule.When["path_prefix"] != "notes" {
 		t.Fatalf("proposed rule %+v", c.ProposedRule)
@@ -147,8 +161,15 @@ func TestApprovalDenyChangedArgumentsAndConditions(t *testing.T) {
 	if r := prompt(t, user, tok, map[string]any{"text": "write notes/y.txt: again"}); r.Status != "done" {
 		t.Fatalf("a write the new rule allows: %+v", r)
 	}
-	if r := post(t, user, tok, "/rules", `{"tool":"shell","effect":"allow","when":{"host":"example.org"}}`); r.Code != 400 {
-		t.Fatalf("a condition the tool cannot carry: %d %s", r.Code, r.Body)
+	for _, body := range []string{
+		`{"tool":"shell","effect":"allow","when":{"host":"example.org"}}`, // a condition the tool cannot carry
+		`{"tool":"shell","effect":"allow","when":{"command_prefix":""}}`,  // an empty value is not "no condition"
+		`{"tool":"shell","effect":"allow","when":{"command_prefix":"find "}}`,
+		`{"tool":"shell","effect":"allow"}`, // every call, unconfirmed
+	} {
+		if r := post(t, user, tok, "/rules", body); r.Code != 400 {
+			t.Fatalf("POST /rules %s: %d %s", body, r.Code, r.Body)
+		}
 	}
 }
 

@@ -391,9 +391,21 @@ func TestWebClientPagesInABrowser(t *testing.T) {
 	}
 	run(t, ctx, "an inward notification URL", chromedp.SetValue(chromedp.ID("notify-url"), "http://127.0.0.1:9090/healthz"), chromedp.Click(chromedp.CSS(`#notify-form button`)))
 	until(t, ctx, "refused", `document.querySelector('#status-line').textContent.includes('error')`)
+	// A condition without a value is refused in the page, and an allow of
+	// every shell call waits for a second yes; neither sends anything.
+	run(t, ctx, "an empty condition", chromedp.SetValue(chromedp.ID("rule-tool"), "shell"), chromedp.SetValue(chromedp.ID("rule-cond"), "command_prefix"),
+		chromedp.SetValue(chromedp.ID("rule-value"), " "), chromedp.Click(chromedp.CSS(`#rule-form button`)))
+	until(t, ctx, "refused next to the field", `document.querySelector('#rule-error').textContent.includes('Give the condition a value')`)
+	run(t, ctx, "every shell call", chromedp.SetValue(chromedp.ID("rule-cond"), ""), chromedp.Click(chromedp.CSS(`#rule-form button`)))
+	until(t, ctx, "a confirm step", `!document.querySelector('#rule-confirm').hidden && document.querySelector('#rule-confirm-text').textContent.includes('every shell call')`)
+	run(t, ctx, "cancel it", chromedp.Click(chromedp.ID("rule-confirm-no")))
+	until(t, ctx, "the confirm step gone", `document.querySelector('#rule-confirm').hidden`)
+	if b := mustGet(t, user, tok, "/rules").Body; strings.Contains(b, `"tool":"shell"`) {
+		t.Fatalf("a shell rule was sent: %s", b)
+	}
 	run(t, ctx, "a rule", chromedp.SetValue(chromedp.ID("rule-tool"), "shell"), chromedp.SetValue(chromedp.ID("rule-cond"), "command_prefix"),
 		chromedp.SetValue(chromedp.ID("rule-value"), "ls "), chromedp.Click(chromedp.CSS(`#rule-form button`)))
-	until(t, ctx, "the rule listed", `document.querySelector('#rule-list').textContent.includes('allow shell when the command starts with "ls "')`)
+	until(t, ctx, "the rule listed in words", `document.querySelector('#rule-list').textContent.includes('Allow shell only when the command starts with "ls "')`)
 	screenshots(t, ctx, "settings")
 	if r := prompt(t, user, tok, map[string]any{"text": "run: ls -a"}); r.Status != "done" {
 		t.Fatalf("the rule added in the browser does not allow: %+v", r)

@@ -363,15 +363,16 @@ func objectsOf(t *testing.T, name string) (containers, networks, volumes int) {
 var granted sync.Map
 
 // grant adds the owner's rules that let user's agent call tools without
-// asking (every tool that is not read-only asks by default). It provisions
-// the sandbox if it is not up yet.
+// asking (every tool that is not read-only asks by default), on every call:
+// the tests mean it, so they confirm it (shell, write_file and fetch_url
+// need confirm_unconditional). It provisions the sandbox if it is not up yet.
 func grant(t *testing.T, user, tok string, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, done := granted.LoadOrStore(user+"/"+tool, true); done {
 			continue
 		}
-		if r := post(t, user, tok, "/rules", `{"tool":"`+tool+`","effect":"allow"}`); r.Code != 201 {
+		if r := post(t, user, tok, "/rules", `{"tool":"`+tool+`","effect":"allow","confirm_unconditional":true}`); r.Code != 201 {
 			granted.Delete(user + "/" + tool)
 			t.Fatalf("allow %s for %s: %d %s", tool, user, r.Code, r.Body)
 		}

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/affido/affido/agent/durable"
@@ -107,9 +110,26 @@ func change(h *durable.Harness, conv int64, rules []Rule, text string, data any)
 	}, nil
 }
 
-// Add validates r, gives it an ID and stores it, with an entry in conv's
-// trace. Errors wrap ErrInvalidRule for a rule that cannot be kept.
-func (b *Book) Add(ctx context.Context, h *durable.Harness, conv int64, r Rule) (Rule, error) {
+// Request is a rule as the owner asks for it. When maps each condition
+// given to its value, so an empty value is told apart from no condition.
+type Request struct {
+	Tool   string            `json:"tool"`
+	Effect durable.Effect    `json:"effect"`
+	When   map[string]string `json:"when,omitempty"`
+	// ConfirmUnconditional must be true for an allow rule with no
+	// condition on a tool a condition could narrow (NeedsConfirm).
+	ConfirmUnconditional bool `json:"confirm_unconditional,omitempty"`
+}
+
+// Add validates the owner's request, gives the rule an ID and stores it,
+// with an entry in conv's trace. Errors wrap ErrInvalidRule for a rule
+// that cannot be kept, ErrUnconfirmed for an unconfirmed rule that allows
+// every call of a tool NeedsConfirm names.
+func (b *Book) Add(ctx context.Context, h *durable.Harness, conv int64, req Request) (Rule, error) {
+	r, err := b.ruleOf(req)
+	if err != nil {
+		return r, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w, r, err := b.addWrites(ctx, h, conv, r)
@@ -120,6 +140,77 @@ func (b *Book) Add(ctx context.Context, h *durable.Harness, conv int64, r Rule) 
 		return r, err
 	}
 	return r, nil
+}
+
+// ruleOf is the rule req asks for: each condition one the tool takes (by
+// name and by its arguments' schema), none of them blank.
+func (b *Book) ruleOf(req Request) (Rule, error) {
+	r := Rule{Tool: req.Tool, Effect: req.Effect}
+	t, ok := b.tool(req.Tool)
+	if !ok {
+		return r, fmt.Errorf("%w: unknown tool %q", ErrInvalidRule, req.Tool)
+	}
+	takes := b.Conditions(t.Name)
+	for _, name := range slices.Sorted(maps.Keys(req.When)) {
+		v := req.When[name]
+		switch {
+		case len(takes) == 0:
+			return r, fmt.Errorf("%w: %s takes no condition, not %q", ErrInvalidRule, t.Name, name)
+		case !slices.Contains(takes, name):
+			return r, fmt.Errorf("%w: %s takes the conditions %s, not %q", ErrInvalidRule, t.Name, strings.Join(takes, ", "), name)
+		case strings.TrimSpace(v) == "":
+			return r, fmt.Errorf("%w: the %s condition is empty; give it a value, or leave it out for a rule on every %s call", ErrInvalidRule, name, t.Name)
+		}
+		switch name {
+		case "command_prefix":
+			r.When.CommandPrefix = v
+		case "command":
+			r.When.Command = v
+		case "path_prefix":
+			r.When.PathPrefix = v
+		case "host":
+			r.When.Host = v
+		}
+	}
+	if r.Effect == durable.Allow && r.When == (Conditions{}) && b.NeedsConfirm(t.Name) && !req.ConfirmUnconditional {
+		return r, fmt.Errorf("%w: this rule allows every %s call without asking you; to mean it, send \"confirm_unconditional\": true, or narrow it with a condition (%s)",
+			ErrUnconfirmed, t.Name, strings.Join(takes, ", "))
+	}
+	return r, nil
+}
+
+// NeedsConfirm reports whether an allow rule with no condition on tool
+// must be confirmed: a tool that is not read-only and takes conditions,
+// so a narrower rule was there to be had (shell, write_file, fetch_url).
+func (b *Book) NeedsConfirm(tool string) bool {
+	t, ok := b.tool(tool)
+	return ok && !t.ReadOnly && len(b.Conditions(tool)) > 0
+}
+
+// Conditions are the conditions a rule on tool may carry: those its
+// arguments' schema makes readable; none for an unknown tool.
+func (b *Book) Conditions(tool string) []string {
+	takes := []string{}
+	if t, ok := b.tool(tool); ok {
+		for _, c := range conditionsOf[t.Name] {
+			if hasArgument(t, argumentOf[c]) {
+				takes = append(takes, c)
+			}
+		}
+	}
+	return takes
+}
+
+// hasArgument reports whether t's argument schema names arg.
+func hasArgument(t durable.Tool, arg string) bool {
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal(t.Parameters, &schema) != nil {
+		return false
+	}
+	_, ok := schema.Properties[arg]
+	return ok
 }
 
 // addWrites builds the commit that adds r. Caller holds b.mu.

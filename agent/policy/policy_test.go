@@ -67,10 +67,21 @@ func TestNormalizeRefusesRulesThatCannotBeKept(t *testing.T) {
 		{Tool: "write_file", Effect: durable.Allow, When: Conditions{PathPrefix: "/etc"}},
 		{Tool: "fetch_url", Effect: durable.Allow, When: Conditions{Host: "https://example.org/"}},
 		{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: "   "}},
+		{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: "find "}},
+		{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: "xargs "}},
+		{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: "ls"}},
+		{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: " ls "}},
+		{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: "cat a; "}},
 	}
 	for _, r := range bad {
 		if _, err := normalize(r, known); !errors.Is(err, ErrInvalidRule) {
 			t.Errorf("%+v: %v, want ErrInvalidRule", r, err)
+		}
+	}
+	// An ask or deny may name any program: matching more only asks more.
+	for _, r := range []Rule{{Tool: "shell", Effect: durable.Ask, When: Conditions{CommandPrefix: "find "}}, {Tool: "shell", Effect: durable.Deny, When: Conditions{CommandPrefix: "rm"}}} {
+		if _, err := normalize(r, known); err != nil {
+			t.Errorf("%s: %v", r.Describe(), err)
 		}
 	}
 	r, err := normalize(Rule{Tool: "write_file", Effect: durable.Allow, When: Conditions{PathPrefix: "notes/"}}, known)
@@ -101,13 +112,14 @@ func TestProposedRules(t *testing.T) {
 		t.Fatal("an exact command rule must match that command only")
 	}
 	cases := []struct{ tool, args, want string }{
-		{"shell", `{"command":"ls -la notes"}`, `allow shell when the command starts with "ls "`},
-		{"shell", `{"command":"echo a; rm b"}`, `allow shell when the command is "echo a; rm b"`},
-		{"shell", `{"command":"ls"}`, `allow shell when the command is "ls"`},
-		{"write_file", `{"path":"notes/day/1.txt","content":"x"}`, `allow write_file when the path is under "notes/day"`},
-		{"write_file", `{"path":"top.txt","content":"x"}`, `allow write_file when the path is under "top.txt"`},
-		{"fetch_url", `{"url":"https://Example.org/page"}`, `allow fetch_url when the host is "example.org"`},
-		{"set_reminder", `{"text":"x","after":"1m"}`, `allow set_reminder`},
+		{"shell", `{"command":"ls -la notes"}`, "Allow shell only when the command starts with \"ls \" and holds none of ; & | ` $ ( ) < > or a line break"},
+		{"shell", `{"command":"echo a; rm b"}`, `Allow shell only when the command is exactly "echo a; rm b"`},
+		{"shell", `{"command":"ls"}`, `Allow shell only when the command is exactly "ls"`},
+		{"shell", `{"command":"find . -maxdepth 0 -name x"}`, `Allow shell only when the command is exactly "find . -maxdepth 0 -name x"`},
+		{"write_file", `{"path":"notes/day/1.txt","content":"x"}`, `Allow write_file only when the path is "notes/day" or lies under it`},
+		{"write_file", `{"path":"top.txt","content":"x"}`, `Allow write_file only when the path is "top.txt" or lies under it`},
+		{"fetch_url", `{"url":"https://Example.org/page"}`, `Allow fetch_url only when the URL's host is exactly "example.org"`},
+		{"set_reminder", `{"text":"x","after":"1m"}`, `Allow every set_reminder call`},
 	}
 	for _, c := range cases {
 		r, err := Proposed(durable.Approval{Tool: c.tool, Arguments: json.RawMessage(c.args)})
@@ -130,7 +142,11 @@ func TestBookJudgesAndRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools := []durable.Tool{{Name: "shell"}, {Name: "read_file", ReadOnly: true}, {Name: "fetch_url"}}
+	tools := []durable.Tool{
+		{Name: "shell", Parameters: durable.Schema(`"command":{"type":"string"}`, "command")},
+		{Name: "read_file", ReadOnly: true, Parameters: durable.Schema(`"path":{"type":"string"}`, "path")},
+		{Name: "fetch_url", Parameters: durable.Schema(`"url":{"type":"string"}`, "url")},
+	}
 	book := &Book{Tools: tools}
 	h, err := durable.Open(ctx, store, durable.Options{Policy: book, Tools: tools})
 	if err != nil {
@@ -162,7 +178,7 @@ func TestBookJudgesAndRecords(t *testing.T) {
 	if v := check(1, `{"path":"a"}`, true); v.Effect != durable.Allow {
 		t.Fatalf("read_file by default, outside text or not: %+v", v)
 	}
-	allow, err := book.Add(ctx, h, 1, Rule{Tool: "shell", Effect: durable.Allow, When: Conditions{CommandPrefix: "ls "}})
+	allow, err := book.Add(ctx, h, 1, Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{"command_prefix": "ls "}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +191,7 @@ func TestBookJudgesAndRecords(t *testing.T) {
 	if v := check(0, `{"command":"ls -l"}`, true); v.Effect != durable.Ask || !strings.Contains(v.Reason, "outside text") {
 		t.Fatalf("an allowed call with outside text in the context: %+v", v)
 	}
-	deny, err := book.Add(ctx, h, 1, Rule{Tool: "shell", Effect: durable.Deny})
+	deny, err := book.Add(ctx, h, 1, Request{Tool: "shell", Effect: durable.Deny})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +204,30 @@ func TestBookJudgesAndRecords(t *testing.T) {
 	if _, err := book.Remove(ctx, h, 1, deny.ID); !errors.Is(err, ErrNoRule) {
 		t.Fatalf("removing twice: %v", err)
 	}
-	if _, err := book.Add(ctx, h, 1, Rule{Tool: "nope", Effect: durable.Allow}); !errors.Is(err, ErrInvalidRule) {
-		t.Fatalf("unknown tool: %v", err)
+	// The owner's request: each condition one the tool takes, none blank;
+	// allowing every call of a tool a condition could narrow is confirmed.
+	for _, c := range []struct {
+		req  Request
+		want error
+	}{
+		{Request{Tool: "nope", Effect: durable.Allow}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{"command_prefix": ""}}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{"command": " \t"}}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Deny, When: map[string]string{"command_prefix": ""}}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{"host": "example.org"}}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{"cwd": "notes"}}, ErrInvalidRule},
+		{Request{Tool: "read_file", Effect: durable.Allow, When: map[string]string{"command": "ls"}}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{"command_prefix": "find "}}, ErrInvalidRule},
+		{Request{Tool: "shell", Effect: durable.Allow}, ErrUnconfirmed},
+		{Request{Tool: "shell", Effect: durable.Allow, When: map[string]string{}}, ErrUnconfirmed},
+		{Request{Tool: "fetch_url", Effect: durable.Allow}, ErrUnconfirmed},
+	} {
+		if _, err := book.Add(ctx, h, 1, c.req); !errors.Is(err, c.want) {
+			t.Errorf("%+v: %v, want %v", c.req, err, c.want)
+		}
+	}
+	if book.NeedsConfirm("read_file") || !book.NeedsConfirm("shell") {
+		t.Error("only tools that are not read-only and take conditions need a confirmation")
 	}
 	rules, _ := book.Rules(ctx, store)
 	if len(rules) != 1 || rules[0].ID != allow.ID {
@@ -202,7 +240,7 @@ func TestBookJudgesAndRecords(t *testing.T) {
 			trace = append(trace, e.Text)
 		}
 	}
-	if len(trace) != 3 || !strings.Contains(trace[0], "added: allow shell") || !strings.Contains(trace[2], "removed: deny shell") {
+	if len(trace) != 3 || !strings.Contains(trace[0], "added: Allow shell only when") || !strings.Contains(trace[2], "removed: Deny every shell call") {
 		t.Fatalf("trace of rule changes: %q", trace)
 	}
 }

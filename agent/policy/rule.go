@@ -39,9 +39,12 @@ type Rule struct {
 
 // Conditions narrow a rule to some calls; all that are set must match.
 type Conditions struct {
-	// CommandPrefix (shell): the command starts with it and, after it,
-	// holds no shell control character (; & | ` $ ( ) < > or a newline),
-	// so "ls " allows "ls -la notes" but not "ls; rm -rf notes".
+	// CommandPrefix (shell): the command starts with it. In an allow rule
+	// the command must also run only a program of readOnlyPrograms (the
+	// prefix names one) and hold no shell control character (; & | ` $ ( )
+	// < > or a line break): "ls " allows "ls -la notes" but not
+	// "ls; rm -rf notes", and no prefix allows find, which can run other
+	// programs. In an ask or deny rule, any command that starts with it.
 	CommandPrefix string `json:"command_prefix,omitempty"`
 	// Command (shell): the command is exactly this.
 	Command string `json:"command,omitempty"`
@@ -55,6 +58,11 @@ type Conditions struct {
 // ErrInvalidRule is wrapped by every error for a rule that cannot be kept.
 var ErrInvalidRule = errors.New("invalid rule")
 
+// ErrUnconfirmed is returned for a rule that would allow every call of a
+// tool a condition could narrow (shell, write_file, fetch_url) without
+// Request.ConfirmUnconditional.
+var ErrUnconfirmed = errors.New("unconditional rule not confirmed")
+
 // ErrNoRule is returned for a rule ID that does not exist.
 var ErrNoRule = errors.New("no such rule")
 
@@ -67,14 +75,13 @@ var conditionsOf = map[string][]string{
 	"fetch_url":  {"host"},
 }
 
+// argumentOf is the call argument each condition reads.
+var argumentOf = map[string]string{"command_prefix": "command", "command": "command", "path_prefix": "path", "host": "url"}
+
 // ErrNoProposal is returned by Proposed for a call no narrow rule can be
 // built from (an empty command, a URL without a host): "allow always"
 // would allow every call of the tool, so the owner must allow it once.
 var ErrNoProposal = errors.New("no rule can be built from this call")
-
-// shellControl are the characters that would let a command do more than
-// the prefix a rule allows.
-const shellControl = ";&|`$()<>\n\r"
 
 // normalize checks r against the known tools and cleans its conditions.
 func normalize(r Rule, known func(string) bool) (Rule, error) {
@@ -112,6 +119,11 @@ func normalize(r Rule, known func(string) bool) (Rule, error) {
 	if strings.TrimSpace(r.When.CommandPrefix) == "" && r.When.CommandPrefix != "" {
 		return r, fmt.Errorf("%w: command_prefix is blank", ErrInvalidRule)
 	}
+	if p := r.When.CommandPrefix; p != "" && r.strictPrefix() {
+		if err := allowablePrefix(p); err != nil {
+			return r, fmt.Errorf("%w: %w", ErrInvalidRule, err)
+		}
+	}
 	if strings.TrimSpace(r.When.Command) == "" && r.When.Command != "" {
 		return r, fmt.Errorf("%w: command is blank", ErrInvalidRule)
 	}
@@ -133,8 +145,7 @@ func (r Rule) matches(args json.RawMessage) bool {
 		return false
 	}
 	if p := r.When.CommandPrefix; p != "" {
-		rest, ok := strings.CutPrefix(a.Command, p)
-		if !ok || strings.ContainsAny(rest, shellControl) {
+		if !strings.HasPrefix(a.Command, p) || (r.strictPrefix() && !runsOnlyItself(a.Command)) {
 			return false
 		}
 	}
@@ -155,6 +166,15 @@ func (r Rule) matches(args json.RawMessage) bool {
 	return true
 }
 
+// strictPrefix reports whether r's command_prefix allows, and so matches
+// only a command that runs one listed program and nothing else (see
+// Conditions.CommandPrefix). An ask or deny matches more widely: matching
+// more can only ask more. A stored allow rule whose prefix names another
+// program, saved before this check, matches no command.
+func (r Rule) strictPrefix() bool {
+	return r.Effect != durable.Ask && r.Effect != durable.Deny
+}
+
 // hostOf is a URL's host, lower case, without a trailing dot; "" when the
 // URL cannot be parsed.
 func hostOf(raw string) string {
@@ -165,28 +185,55 @@ func hostOf(raw string) string {
 	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 }
 
-// Describe says what r does, for the trace and the owner.
+// Describe says in plain words what r does, for the owner (the rules
+// API's "words", the rule "allow always" would add) and for the trace.
 func (r Rule) Describe() string {
-	s := fmt.Sprintf("%s %s", r.Effect, r.Tool)
-	switch {
-	case r.When.CommandPrefix != "":
-		s += fmt.Sprintf(" when the command starts with %q", r.When.CommandPrefix)
-	case r.When.Command != "":
-		s += fmt.Sprintf(" when the command is %q", r.When.Command)
-	case r.When.PathPrefix != "":
-		s += fmt.Sprintf(" when the path is under %q", r.When.PathPrefix)
-	case r.When.Host != "":
-		s += fmt.Sprintf(" when the host is %q", r.When.Host)
+	var when []string
+	w := r.When
+	if c := w.Command; c != "" {
+		when = append(when, fmt.Sprintf("the command is exactly %q", c))
 	}
-	return s
+	if p := w.CommandPrefix; p != "" && r.strictPrefix() {
+		when = append(when, allowedPrefixWords(p))
+	} else if p != "" {
+		when = append(when, fmt.Sprintf("the command starts with %q", p))
+	}
+	switch p := w.PathPrefix; p {
+	case "":
+	case ".":
+		when = append(when, "the path is in the workspace")
+	default:
+		when = append(when, fmt.Sprintf("the path is %q or lies under it", p))
+	}
+	if h := w.Host; h != "" {
+		when = append(when, fmt.Sprintf("the URL's host is exactly %q", h))
+	}
+	var verb string
+	switch r.Effect {
+	case durable.Ask:
+		verb = "Ask before"
+	case durable.Deny:
+		verb = "Deny"
+	default:
+		verb = "Allow"
+	}
+	switch {
+	case len(when) == 0:
+		return fmt.Sprintf("%s every %s call", verb, r.Tool)
+	case r.Effect == durable.Ask || r.Effect == durable.Deny:
+		return fmt.Sprintf("%s %s when %s", verb, r.Tool, strings.Join(when, " and "))
+	default:
+		return fmt.Sprintf("%s %s only when %s", verb, r.Tool, strings.Join(when, " and "))
+	}
 }
 
 // Proposed is the rule "allow always" adds for an approval's call: the
-// host for fetch_url; for a shell command its first word ("ls "), or the
-// exact command when it holds control characters; the directory of a
-// path; the tool itself for tools that take no condition. ErrNoProposal
-// when the call gives nothing to narrow the rule by. The owner sees the
-// rule before deciding.
+// host for fetch_url; for a shell command, the exact command, or its
+// program's name ("ls ") when the program is one a command_prefix may
+// allow (readOnlyPrograms) and the command holds no control character;
+// the directory of a path; the tool itself for tools that take no
+// condition. ErrNoProposal when the call gives nothing to narrow the rule
+// by. The owner sees the rule before deciding.
 func Proposed(a durable.Approval) (Rule, error) {
 	r := Rule{Tool: a.Tool, Effect: durable.Allow, FromApproval: a.ID}
 	var args struct {
@@ -199,12 +246,12 @@ func Proposed(a durable.Approval) (Rule, error) {
 	switch {
 	case slices.Contains(conditionsOf[a.Tool], "command_prefix"):
 		cmd := args.Command
-		word, _, spaced := strings.Cut(cmd, " ")
+		prefix := programOf(cmd) + " "
 		switch {
 		case strings.TrimSpace(cmd) == "":
 			return r, none
-		case spaced && word != "" && !strings.ContainsAny(cmd, shellControl):
-			r.When.CommandPrefix = word + " "
+		case strings.HasPrefix(cmd, prefix) && runsOnlyItself(cmd):
+			r.When.CommandPrefix = prefix
 		default:
 			r.When.Command = cmd
 		}

@@ -275,7 +275,7 @@ func TestDelegateToTheWorker(t *testing.T) {
 	a := newAgent(t)
 	a.allow("delegate")
 	a.allow("shell")
-	a.must("POST", "/agents/worker/rules", `{"tool":"fetch_url","effect":"allow"}`, 201)
+	a.must("POST", "/agents/worker/rules", `{"tool":"fetch_url","effect":"allow","confirm_unconditional":true}`, 201)
 	m := a.prompt("delegate: fetch " + page.URL + "/hours")
 	if !strings.Contains(m["reply"].(string), "We open at nine") {
 		t.Fatalf("main's reply %v", m["reply"])

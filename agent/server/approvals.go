@@ -25,13 +25,14 @@ type approvalView struct {
 	Status string `json:"status"`
 	// ProposedRule is absent when no narrow rule fits the call: then
 	// "allow always" is refused and the owner allows it once.
-	ProposedRule *policy.Rule `json:"proposed_rule,omitempty"`
+	ProposedRule *ruleJSON `json:"proposed_rule,omitempty"`
 }
 
 func viewOf(book *policy.Book, a durable.Approval, status string) approvalView {
 	v := approvalView{Approval: a, Status: status}
 	if r, err := book.Proposal(a); err == nil {
-		v.ProposedRule = &r
+		p := ruleView(r)
+		v.ProposedRule = &p
 	}
 	return v
 }
@@ -92,7 +93,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	}
 	decided := map[string]any{"approval": viewOf(rt.Book, a, body.Decision), "decision": body.Decision}
 	if added != nil {
-		decided["rule"] = added
+		decided["rule"] = ruleView(*added)
 	}
 	t, err := h.Store().Task(r.Context(), a.RunID)
 	if err != nil || t.SubmissionID == 0 || (body.Wait != nil && !*body.Wait) {
@@ -109,6 +110,14 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	return s.writeRun(w, r, rt, sub, decided)
 }
 
+// ruleJSON is a rule as the owner's API shows it: with its words.
+type ruleJSON struct {
+	policy.Rule
+	Words string `json:"words"`
+}
+
+func ruleView(r policy.Rule) ruleJSON { return ruleJSON{Rule: r, Words: r.Describe()} }
+
 func (s *Server) rules(w http.ResponseWriter, r *http.Request) error {
 	rt, err := s.runtime(r)
 	if err != nil {
@@ -118,16 +127,24 @@ func (s *Server) rules(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rules": rules, "defaults": rt.Book.Defaults()})
+	views := []ruleJSON{}
+	for _, rule := range rules {
+		views = append(views, ruleView(rule))
+	}
+	conditions, confirm := map[string][]string{}, []string{}
+	for _, name := range toolNames(rt.Book) {
+		conditions[name] = rt.Book.Conditions(name)
+		if rt.Book.NeedsConfirm(name) {
+			confirm = append(confirm, name)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rules": views, "defaults": rt.Book.Defaults(),
+		"conditions": conditions, "needs_confirm": confirm})
 	return nil
 }
 
 func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) error {
-	var body struct {
-		Tool   string            `json:"tool"`
-		Effect durable.Effect    `json:"effect"`
-		When   policy.Conditions `json:"when"`
-	}
+	var body policy.Request
 	if err := decodeBody(w, r, &body); err != nil {
 		return err
 	}
@@ -139,14 +156,14 @@ func (s *Server) ruleAdd(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	rule, err := rt.Book.Add(r.Context(), h, conv, policy.Rule{Tool: body.Tool, Effect: body.Effect, When: body.When})
+	rule, err := rt.Book.Add(r.Context(), h, conv, body)
 	switch {
 	case errors.Is(err, policy.ErrInvalidRule):
 		return problem.New(http.StatusBadRequest, "bad-rule", err.Error()+"; tools: "+strings.Join(toolNames(rt.Book), ", "))
 	case err != nil:
 		return err
 	default:
-		writeJSON(w, http.StatusCreated, rule)
+		writeJSON(w, http.StatusCreated, ruleView(rule))
 	}
 	return nil
 }
@@ -171,7 +188,7 @@ func (s *Server) ruleRemove(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return err
 	default:
-		writeJSON(w, http.StatusOK, map[string]any{"removed": rule})
+		writeJSON(w, http.StatusOK, map[string]any{"removed": ruleView(rule)})
 	}
 	return nil
 }

@@ -116,23 +116,44 @@ func TestRulesWithConditions(t *testing.T) {
 	os.MkdirAll(a.ws, 0o755)
 	a.prompt("hello")
 	before := a.entryCount()
-	for _, body := range []string{
-		`{"tool":"nope","effect":"allow"}`,
-		`{"tool":"shell","effect":"sometimes"}`,
-		`{"tool":"shell","effect":"allow","when":{"host":"example.org"}}`,
-		`{"tool":"write_file","effect":"allow","when":{"path_prefix":"../etc"}}`,
-		`{"tool":"shell","effect":"allow","when":{"command_prefix":"ls ","shell":true}}`,
-		`{"tool":"shell","effect":"allow"} {}`,
+	for _, c := range []struct{ body, kind, says string }{
+		{`{"tool":"nope","effect":"allow"}`, "bad-rule", "unknown tool"},
+		{`{"tool":"shell","effect":"sometimes"}`, "bad-rule", "effect"},
+		{`{"tool":"shell","effect":"allow","when":{"host":"example.org"}}`, "bad-rule", `not "host"`},
+		{`{"tool":"write_file","effect":"allow","when":{"path_prefix":"../etc"}}`, "bad-rule", "inside the workspace"},
+		{`{"tool":"shell","effect":"allow","when":{"command_prefix":"ls ","shell":true}}`, "bad-json", ""},
+		{`{"tool":"shell","effect":"allow","when":{"command_prefix":"ls ","cwd":"notes"}}`, "bad-rule", `not "cwd"`},
+		{`{"tool":"set_reminder","effect":"allow","when":{"command":"ls"}}`, "bad-rule", "takes no condition"},
+		{`{"tool":"shell","effect":"allow"} {}`, "bad-json", ""},
+		// An empty or blank value is not "no condition".
+		{`{"tool":"shell","effect":"allow","when":{"command_prefix":""}}`, "bad-rule", "empty"},
+		{`{"tool":"shell","effect":"allow","when":{"command_prefix":"  "}}`, "bad-rule", "empty"},
+		{`{"tool":"shell","effect":"allow","when":{"command":null}}`, "bad-rule", "empty"},
+		{`{"tool":"shell","effect":"deny","when":{"command":""}}`, "bad-rule", "empty"},
+		{`{"tool":"fetch_url","effect":"allow","when":{"host":""}}`, "bad-rule", ""},
+		// A prefix may allow only a program that can run nothing else.
+		{`{"tool":"shell","effect":"allow","when":{"command_prefix":"find "}}`, "bad-rule", "exact command"},
+		{`{"tool":"shell","effect":"allow","when":{"command_prefix":"ls; "}}`, "bad-rule", "control character"},
+		// Every shell or write_file call only when the owner confirms it.
+		{`{"tool":"shell","effect":"allow"}`, "unconfirmed-rule", "confirm_unconditional"},
+		{`{"tool":"shell","effect":"allow","when":{}}`, "unconfirmed-rule", "confirm_unconditional"},
+		{`{"tool":"write_file","effect":"allow","confirm_unconditional":false}`, "unconfirmed-rule", "every write_file call"},
 	} {
-		if code, m := a.do("POST", "/rules", body); code != 400 {
-			t.Fatalf("POST /rules %s: %d %v", body, code, m)
+		code, m := a.do("POST", "/rules", c.body)
+		if code != 400 || !strings.HasSuffix(m["type"].(string), c.kind) || !strings.Contains(m["detail"].(string), c.says) {
+			t.Fatalf("POST /rules %s: %d %v, want 400 %s saying %q", c.body, code, m, c.kind, c.says)
 		}
 	}
-	if _, rules := a.do("GET", "/rules", ""); len(rules["rules"].([]any)) != 0 || a.entryCount() != before {
+	_, rules := a.do("GET", "/rules", "")
+	if len(rules["rules"].([]any)) != 0 || a.entryCount() != before {
 		t.Fatalf("refused rules wrote something: %v", rules)
 	}
+	if conds := rules["conditions"].(map[string]any); fmt.Sprint(conds["shell"]) != "[command_prefix command]" || fmt.Sprint(conds["set_reminder"]) != "[]" ||
+		fmt.Sprint(rules["needs_confirm"]) != "[write_file shell fetch_url]" {
+		t.Fatalf("conditions %v, needs_confirm %v", conds, rules["needs_confirm"])
+	}
 	code, rule := a.do("POST", "/rules", `{"tool":"shell","effect":"allow","when":{"command_prefix":"ls "}}`)
-	if code != 201 {
+	if code != 201 || rule["words"] != "Allow shell only when the command starts with \"ls \" and holds none of ; & | ` $ ( ) < > or a line break" {
 		t.Fatalf("add rule: %d %v", code, rule)
 	}
 	if m := a.prompt("run: ls -a"); m["status"] != "done" {
@@ -160,8 +181,8 @@ func TestRulesWithConditions(t *testing.T) {
 	}
 	id, _ = a.waitingApproval(a.prompt("write elsewhere.txt: third"))
 	a.decideRun(id, `{"decision":"deny"}`)
-	_, rules := a.do("GET", "/rules", "")
-	if n := len(rules["rules"].([]any)); n != 2 {
+	_, rules = a.do("GET", "/rules", "")
+	if list := rules["rules"].([]any); len(list) != 2 || list[1].(map[string]any)["words"] != `Allow write_file only when the path is "notes" or lies under it` {
 		t.Fatalf("rules %v", rules)
 	}
 	rid := jsonNum(rule["id"].(float64))
@@ -182,6 +203,37 @@ func TestRulesWithConditions(t *testing.T) {
 	}
 	if len(trace) != 3 || !strings.Contains(trace[2], "removed") {
 		t.Fatalf("trace of rule changes %q", trace)
+	}
+}
+
+// The attack of issue 28: "allow always" on a harmless find used to save
+// the prefix "find ", and then find -exec ran any program unasked. Now it
+// saves the exact command; other find commands ask. An unconditional
+// shell rule needs the owner's confirmation.
+func TestAllowAlwaysOnFindAllowsThatCommandOnly(t *testing.T) {
+	a := newAgent(t)
+	os.MkdirAll(a.ws, 0o755)
+	id, view := a.waitingApproval(a.prompt("run: find . -maxdepth 0 -name x"))
+	proposed := view["proposed_rule"].(map[string]any)
+	if proposed["when"].(map[string]any)["command"] != "find . -maxdepth 0 -name x" || proposed["words"] != `Allow shell only when the command is exactly "find . -maxdepth 0 -name x"` {
+		t.Fatalf("proposed %v", proposed)
+	}
+	if m := a.decideRun(id, `{"decision":"allow_always"}`); m["status"] != "done" || m["rule"].(map[string]any)["words"] != proposed["words"] {
+		t.Fatalf("allow always: %v", m)
+	}
+	if m := a.prompt("run: find . -maxdepth 0 -name x"); m["status"] != "done" {
+		t.Fatalf("the approved command again: %v", m)
+	}
+	id, _ = a.waitingApproval(a.prompt("run: find . -maxdepth 0 -exec touch pwned {} +"))
+	a.decideRun(id, `{"decision":"deny"}`)
+	if _, err := os.Stat(filepath.Join(a.ws, "pwned")); err == nil {
+		t.Fatal("find -exec ran without asking")
+	}
+	if code, m := a.do("POST", "/rules", `{"tool":"shell","effect":"allow","confirm_unconditional":true}`); code != 201 || m["words"] != "Allow every shell call" {
+		t.Fatalf("a confirmed unconditional rule: %d %v", code, m)
+	}
+	if m := a.prompt("run: find . -maxdepth 0 -exec touch pwned {} +"); m["status"] != "done" {
+		t.Fatalf("under the owner's unconditional rule: %v", m)
 	}
 }
 

@@ -58,6 +58,7 @@ var clientErrors = []struct {
 	{jobs.ErrInvalid, http.StatusBadRequest, "bad-job"},
 	{jobs.ErrTooMany, http.StatusConflict, "too-many-jobs"},
 	{policy.ErrInvalidRule, http.StatusBadRequest, "bad-rule"},
+	{policy.ErrUnconfirmed, http.StatusBadRequest, "unconfirmed-rule"},
 	{workspace.ErrBadPath, http.StatusBadRequest, "bad-path"},
 	{workspace.ErrTooLarge, http.StatusRequestEntityTooLarge, "too-large"},
 	{workspace.ErrQuota, http.StatusInsufficientStorage, "quota"},

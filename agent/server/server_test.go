@@ -170,9 +170,10 @@ func (a *agent) prompt(text string) map[string]any {
 }
 
 // allow adds the owner's rule that lets tool run without asking.
+// allow adds a rule that allows every call of tool: the test means it.
 func (a *agent) allow(tool string) {
 	a.t.Helper()
-	if code, m := a.do("POST", "/rules", `{"tool":"`+tool+`","effect":"allow"}`); code != 201 {
+	if code, m := a.do("POST", "/rules", `{"tool":"`+tool+`","effect":"allow","confirm_unconditional":true}`); code != 201 {
 		a.t.Fatalf("allow %s: %d %v", tool, code, m)
 	}
 }

@@ -191,11 +191,17 @@ export async function showSettings() {
   $('notify-url').value = notify.url || '';
   $('notify-state').textContent = notify.url ? `notifications go to ${notify.url}` : 'no notification URL: notifications are kept but not sent';
   const tools = Object.keys(rules.defaults || {}).sort();
+  const chosen = $('rule-tool').value;
   $('rule-tool').replaceChildren(...tools.map((t) => el('option', { value: t, text: `${t} (default ${rules.defaults[t]})` })));
+  if (tools.includes(chosen)) $('rule-tool').value = chosen;
+  ruleForm.conditions = rules.conditions || {};
+  ruleForm.needsConfirm = rules.needs_confirm || [];
+  offerConditions();
   $('rule-list').replaceChildren(...(rules.rules || []).map((r) => {
     const del = el('button', { type: 'button', class: 'quiet', text: 'Remove' });
     del.addEventListener('click', () => call('DELETE', `${agent}/rules/${id(r.id)}`).then(showSettings).catch(fail));
-    return el('li', { 'data-rule': r.id }, el('span', { text: `#${r.id} ${describeRule(r)}` }), del);
+    return el('li', { 'data-rule': r.id, title: JSON.stringify({ tool: r.tool, effect: r.effect, when: r.when || {} }) },
+      el('span', { text: `#${r.id} ${describeRule(r)}` }), del);
   }));
   if (!(rules.rules || []).length) $('rule-list').replaceChildren(el('li', { class: 'muted', text: 'No rules: read-only tools run, everything else asks you.' }));
   // Spend by model today and this month, against the limits.
@@ -222,13 +228,67 @@ $('notify-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   call('PUT', '/api/notify', { url: $('notify-url').value.trim() }).then(() => { say('saved'); showSettings(); }).catch(fail);
 });
+// The rule form: a condition needs a value (an empty one is refused here
+// and by the agent, never sent as "no condition"), and a rule allowing every
+// call of a tool a condition could narrow waits for a second, explicit yes.
+const ruleForm = { conditions: {}, needsConfirm: [], pending: null };
+const ruleError = (text) => { $('rule-error').textContent = text; };
+
+// offerConditions enables only the conditions the chosen tool takes.
+function offerConditions() {
+  const takes = ruleForm.conditions[$('rule-tool').value];
+  for (const o of $('rule-cond').options) o.disabled = o.value !== '' && Array.isArray(takes) && !takes.includes(o.value);
+  if ($('rule-cond').selectedOptions[0]?.disabled) $('rule-cond').value = '';
+  $('rule-value').disabled = $('rule-cond').value === '';
+}
+
+function hideRuleConfirm() {
+  $('rule-confirm').hidden = true;
+  ruleForm.pending = null;
+}
+
+function sendRule(rule) {
+  post(`${agent}/rules`, rule).then(() => {
+    $('rule-value').value = '';
+    ruleError('');
+    say('rule added');
+    showSettings();
+  }).catch((err) => ruleError(err.message));
+}
+
+for (const f of ['rule-tool', 'rule-effect', 'rule-cond', 'rule-value']) {
+  $(f).addEventListener('input', () => { ruleError(''); hideRuleConfirm(); offerConditions(); });
+}
 $('rule-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
+  hideRuleConfirm();
   const rule = { tool: $('rule-tool').value, effect: $('rule-effect').value };
   const cond = $('rule-cond').value;
-  if (cond) rule.when = { [cond]: $('rule-value').value };
-  post(`${agent}/rules`, rule).then(() => { $('rule-value').value = ''; showSettings(); }).catch(fail);
+  if (cond) {
+    const value = $('rule-value').value;
+    if (!value.trim()) {
+      ruleError(`Give the condition a value, or choose "always" for a rule on every ${rule.tool} call.`);
+      $('rule-value').focus();
+      return;
+    }
+    rule.when = { [cond]: value };
+  }
+  if (!cond && rule.effect === 'allow' && ruleForm.needsConfirm.includes(rule.tool)) {
+    ruleError('');
+    $('rule-confirm-text').textContent = `This rule lets your agent make every ${rule.tool} call without asking you, whatever it does. A condition would narrow it.`;
+    $('rule-confirm-yes').textContent = `Allow every ${rule.tool} call`;
+    ruleForm.pending = { ...rule, confirm_unconditional: true };
+    $('rule-confirm').hidden = false;
+    return;
+  }
+  sendRule(rule);
 });
+$('rule-confirm-yes').addEventListener('click', () => {
+  const rule = ruleForm.pending;
+  hideRuleConfirm();
+  if (rule) sendRule(rule);
+});
+$('rule-confirm-no').addEventListener('click', hideRuleConfirm);
 $('another-day').addEventListener('click', () => post('/api/spend/another-day').then(() => { say('today\'s limit is raised once'); showSettings(); }).catch(fail));
 $('token-form').addEventListener('submit', (ev) => {
   ev.preventDefault();

@@ -15,15 +15,12 @@ export function el(tag, attrs = {}, ...children) {
   return e;
 }
 
+// describeRule is a rule in words, as the agent says it ("words"); an agent
+// too old to say it gets its raw fields, never a guess.
 export function describeRule(r) {
   if (!r) return '';
-  const w = r.when || {};
-  let s = `${r.effect} ${r.tool}`;
-  if (w.command_prefix) s += ` when the command starts with "${w.command_prefix}"`;
-  else if (w.command) s += ` when the command is "${w.command}"`;
-  else if (w.path_prefix) s += ` when the path is under "${w.path_prefix}"`;
-  else if (w.host) s += ` when the host is "${w.host}"`;
-  return s;
+  if (r.words) return r.words;
+  return `${r.effect} ${r.tool} ${JSON.stringify(r.when || {})}`;
 }
 
 const pretty = (raw) => {
