@@ -53,7 +53,15 @@ func TestWebSignInAccountsAndTokens(t *testing.T) {
 	if resp.StatusCode != 200 || m["user"] != "dev-user" {
 		t.Fatalf("sign in as the dev user: %d %v", resp.StatusCode, m)
 	}
-	cookie := map[string]string{"Cookie": "better-auth.session_token=" + sessionCookie(t, resp)}
+	devSession := sessionCookie(t, resp)
+	cookie := map[string]string{"Cookie": "better-auth.session_token=" + devSession}
+	// The registry keeps only the session token's sha256 (issue 28).
+	if n := psql(t, "SELECT count(*) FROM session s WHERE strpos(row_to_json(s)::text, '"+devSession+"') > 0"); n != "0" {
+		t.Fatalf("%s session rows hold the cookie's token in clear", n)
+	}
+	if n := psql(t, "SELECT count(*) FROM session WHERE token_hash = sha256(convert_to('"+devSession+"', 'UTF8'))"); n != "1" {
+		t.Fatalf("%s session rows hold the cookie's sha256, want 1", n)
+	}
 	if r := request(t, "GET", "/u/dev-user/health", cookie); r.Code != 200 || !strings.HasPrefix(r.Header.Get("Content-Security-Policy"), "sandbox") {
 		t.Fatalf("the new session reaches the sandbox, whose answers run sandboxed: %d %s %v", r.Code, r.Body, r.Header)
 	}
