@@ -137,3 +137,29 @@ func TestWebSignInAccountsAndTokens(t *testing.T) {
 		t.Fatalf("after sign-out: %d", resp.StatusCode)
 	}
 }
+
+// Wrong passwords lock one account, not the address (issue 28): after 5
+// for a new user, its right password is refused, 429 account-locked with
+// Retry-After, while dev-user signs in from the same address.
+func TestWebWrongPasswordsLockOneAccount(t *testing.T) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	user := "lock-" + hex.EncodeToString(b)
+	reportOnFailure(t, user)
+	code := strings.TrimSpace(docker(t, "exec", managerName(), "/bin/affido", "admin", "invite", user))
+	if resp, m := send(t, "POST", "/auth/sign-up", fmt.Sprintf(`{"user":%q,"password":"a long password","invite":%q}`, user, code), nil); resp.StatusCode != 200 {
+		t.Fatalf("invited sign-up: %d %v", resp.StatusCode, m)
+	}
+	for i := range 5 {
+		if resp, _ := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"wrong password"}`, user), nil); resp.StatusCode != 401 {
+			t.Fatalf("wrong password %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	resp, m := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"a long password"}`, user), nil)
+	if typ, _ := m["type"].(string); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.HasSuffix(typ, "/account-locked") {
+		t.Fatalf("the right password while locked: %d %v %v", resp.StatusCode, resp.Header, m)
+	}
+	if resp, m := send(t, "POST", "/auth/sign-in", `{"user":"dev-user","password":"dev-password"}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("another account from the same address: %d %v", resp.StatusCode, m)
+	}
+}
