@@ -203,10 +203,11 @@ wait_healthy() {
   die "the control plane did not become healthy within 60 s (logs above)"
 }
 
-# The dev session, exactly the SQL docs/api.md shows.
+# The dev session, exactly the SQL docs/api.md shows (only the token's
+# sha256 is stored).
 DEV_SQL="INSERT INTO users (id) VALUES ('$DEV_USER') ON CONFLICT DO NOTHING;
-INSERT INTO session (token, user_id, expires_at) VALUES ('$DEV_TOKEN', '$DEV_USER', now() + interval '30 days')
-  ON CONFLICT (token) DO UPDATE SET expires_at = EXCLUDED.expires_at;"
+INSERT INTO session (token_hash, user_id, expires_at) VALUES (sha256(convert_to('$DEV_TOKEN', 'UTF8')), '$DEV_USER', now() + interval '30 days')
+  ON CONFLICT (token_hash) DO UPDATE SET expires_at = EXCLUDED.expires_at;"
 
 seed_dev_session() {
   # The password first: setting one ends the user's sessions.

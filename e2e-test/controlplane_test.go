@@ -113,7 +113,7 @@ func TestSessionCookie(t *testing.T) {
 	}
 	// An expired session is refused.
 	docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", "affido", "-c",
-		"UPDATE session SET expires_at = now() - interval '1 second' WHERE token = 'tok-"+user+"'")
+		"UPDATE session SET expires_at = now() - interval '1 second' WHERE token_hash = sha256(convert_to('tok-"+user+"', 'UTF8'))")
 	// This manager's credential cache may serve it for at most
 	// AFFIDO_AUTH_CACHE_TTL (1 s) more: expiring it in SQL revokes nothing in
 	// the manager.

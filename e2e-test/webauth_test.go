@@ -53,7 +53,15 @@ func TestWebSignInAccountsAndTokens(t *testing.T) {
 	if resp.StatusCode != 200 || m["user"] != "dev-user" {
 		t.Fatalf("sign in as the dev user: %d %v", resp.StatusCode, m)
 	}
-	cookie := map[string]string{"Cookie": "better-auth.session_token=" + sessionCookie(t, resp)}
+	devSession := sessionCookie(t, resp)
+	cookie := map[string]string{"Cookie": "better-auth.session_token=" + devSession}
+	// The registry keeps only the session token's sha256 (issue 28).
+	if n := psql(t, "SELECT count(*) FROM session s WHERE strpos(row_to_json(s)::text, '"+devSession+"') > 0"); n != "0" {
+		t.Fatalf("%s session rows hold the cookie's token in clear", n)
+	}
+	if n := psql(t, "SELECT count(*) FROM session WHERE token_hash = sha256(convert_to('"+devSession+"', 'UTF8'))"); n != "1" {
+		t.Fatalf("%s session rows hold the cookie's sha256, want 1", n)
+	}
 	if r := request(t, "GET", "/u/dev-user/health", cookie); r.Code != 200 || !strings.HasPrefix(r.Header.Get("Content-Security-Policy"), "sandbox") {
 		t.Fatalf("the new session reaches the sandbox, whose answers run sandboxed: %d %s %v", r.Code, r.Body, r.Header)
 	}
@@ -127,5 +135,31 @@ func TestWebSignInAccountsAndTokens(t *testing.T) {
 	}
 	if resp, _ := send(t, "GET", "/api/me", "", second); resp.StatusCode != 401 {
 		t.Fatalf("after sign-out: %d", resp.StatusCode)
+	}
+}
+
+// Wrong passwords lock one account, not the address (issue 28): after 5
+// for a new user, its right password is refused, 429 account-locked with
+// Retry-After, while dev-user signs in from the same address.
+func TestWebWrongPasswordsLockOneAccount(t *testing.T) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	user := "lock-" + hex.EncodeToString(b)
+	reportOnFailure(t, user)
+	code := strings.TrimSpace(docker(t, "exec", managerName(), "/bin/affido", "admin", "invite", user))
+	if resp, m := send(t, "POST", "/auth/sign-up", fmt.Sprintf(`{"user":%q,"password":"a long password","invite":%q}`, user, code), nil); resp.StatusCode != 200 {
+		t.Fatalf("invited sign-up: %d %v", resp.StatusCode, m)
+	}
+	for i := range 5 {
+		if resp, _ := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"wrong password"}`, user), nil); resp.StatusCode != 401 {
+			t.Fatalf("wrong password %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	resp, m := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"a long password"}`, user), nil)
+	if typ, _ := m["type"].(string); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.HasSuffix(typ, "/account-locked") {
+		t.Fatalf("the right password while locked: %d %v %v", resp.StatusCode, resp.Header, m)
+	}
+	if resp, m := send(t, "POST", "/auth/sign-in", `{"user":"dev-user","password":"dev-password"}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("another account from the same address: %d %v", resp.StatusCode, m)
 	}
 }

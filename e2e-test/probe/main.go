@@ -4,7 +4,9 @@
 //	probe ADDR...           try a TCP connection to each; print "ADDR open" or "ADDR closed <why>"
 //	probe -get URL [TOKEN]  GET URL (with a bearer token); print the status code and body
 //	probe -post URL BODY [TOKEN]  POST BODY (as JSON, with a bearer token) to URL; print the status code and body
-//	probe -getn N URL TOKEN GET URL N times with the bearer TOKEN; print the status codes
+//	probe -gets URL TOKEN [URL TOKEN]...
+//	                        GET each URL with its bearer TOKEN, in turn, from this one
+//	                        address; print the status codes
 //	probe -sdk BASE TOKEN   call the gateway at BASE with the official OpenAI Go SDK (see sdk.go)
 //	probe -chatn N BASE TOKEN MODEL TEXT MAXTOKENS
 //	                        N concurrent chat completions; print the status codes
@@ -130,12 +132,10 @@ func main() {
 		sdk(os.Args[2], os.Args[3])
 		return
 	}
-	if len(os.Args) > 4 && os.Args[1] == "-getn" {
-		var n int
-		fmt.Sscan(os.Args[2], &n)
-		for range n {
-			req, _ := http.NewRequest("GET", os.Args[3], nil)
-			req.Header.Set("Authorization", "Bearer "+os.Args[4])
+	if len(os.Args) > 3 && os.Args[1] == "-gets" {
+		for i := 2; i+1 < len(os.Args); i += 2 {
+			req, _ := http.NewRequest("GET", os.Args[i], nil)
+			req.Header.Set("Authorization", "Bearer "+os.Args[i+1])
 			resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
 			if err != nil {
 				fmt.Print("error ")

@@ -77,14 +77,15 @@ func (s *Store) CreateUser(ctx context.Context, user, hash string) error {
 	return nil
 }
 
-// CreateSession stores a new web session for user and returns its token.
+// CreateSession stores a new web session for user and returns its token
+// (shown this once; only its hash is stored).
 func (s *Store) CreateSession(ctx context.Context, user, userAgent string, ttl time.Duration) (string, error) {
 	token := NewToken()
 	if len(userAgent) > 300 {
 		userAgent = userAgent[:300]
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO session (token, user_id, expires_at, user_agent) VALUES ($1, $2, $3, $4)`,
-		token, user, time.Now().Add(ttl), userAgent)
+	_, err := s.pool.Exec(ctx, `INSERT INTO session (token_hash, user_id, expires_at, user_agent) VALUES ($1, $2, $3, $4)`,
+		HashToken(token), user, time.Now().Add(ttl), userAgent)
 	if err != nil {
 		return "", fmt.Errorf("create session for %s: %w", user, err)
 	}
@@ -93,7 +94,7 @@ func (s *Store) CreateSession(ctx context.Context, user, userAgent string, ttl t
 
 // DeleteSession ends the session of token (sign-out); an unknown token is no error.
 func (s *Store) DeleteSession(ctx context.Context, token string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM session WHERE token = $1`, token); err != nil {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM session WHERE token_hash = $1`, HashToken(token)); err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}
 	return nil
@@ -102,8 +103,8 @@ func (s *Store) DeleteSession(ctx context.Context, token string) error {
 // Sessions lists user's unexpired sessions, newest first; current marks
 // the one of token.
 func (s *Store) Sessions(ctx context.Context, user, token string) ([]SessionInfo, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, user_agent, created_at, last_seen_at, expires_at, token = $2
-		FROM session WHERE user_id = $1 AND expires_at > now() ORDER BY created_at DESC, id DESC`, user, token)
+	rows, err := s.pool.Query(ctx, `SELECT id, user_agent, created_at, last_seen_at, expires_at, token_hash = $2
+		FROM session WHERE user_id = $1 AND expires_at > now() ORDER BY created_at DESC, id DESC`, user, HashToken(token))
 	if err != nil {
 		return nil, fmt.Errorf("list sessions of %s: %w", user, err)
 	}

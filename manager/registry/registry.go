@@ -85,7 +85,7 @@ const (
 	StateRemoved      = "removed"
 )
 
-// HashToken is how API and sandbox tokens are stored.
+// HashToken is how API, sandbox and web session tokens are stored.
 func HashToken(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
@@ -99,12 +99,12 @@ func NewToken() string {
 }
 
 // UserForSession returns the user of an unexpired web session token and
-// when the session expires.
+// when the session expires. Only the token's hash is stored.
 func (s *Store) UserForSession(ctx context.Context, token string) (string, time.Time, error) {
 	var user string
 	var expires time.Time
 	err := s.pool.QueryRow(ctx,
-		`SELECT user_id, expires_at FROM session WHERE token = $1 AND expires_at > now()`, token).Scan(&user, &expires)
+		`SELECT user_id, expires_at FROM session WHERE token_hash = $1 AND expires_at > now()`, HashToken(token)).Scan(&user, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", time.Time{}, ErrUnauthenticated
 	}
@@ -172,14 +172,15 @@ func (s *Store) CreateAPIToken(ctx context.Context, user string) (string, error)
 	return token, nil
 }
 
-// PutSession creates the user if needed and stores a web session token.
+// PutSession creates the user if needed and stores a web session token
+// (its hash).
 func (s *Store) PutSession(ctx context.Context, user, token string, expires time.Time) error {
 	if err := s.EnsureUser(ctx, user); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO session (token, user_id, expires_at) VALUES ($1, $2, $3)
-		ON CONFLICT (token) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = EXCLUDED.expires_at`,
-		token, user, expires)
+	_, err := s.pool.Exec(ctx, `INSERT INTO session (token_hash, user_id, expires_at) VALUES ($1, $2, $3)
+		ON CONFLICT (token_hash) DO UPDATE SET user_id = EXCLUDED.user_id, expires_at = EXCLUDED.expires_at`,
+		HashToken(token), user, expires)
 	if err != nil {
 		return fmt.Errorf("put session for %s: %w", user, err)
 	}

@@ -11,15 +11,21 @@ import (
 	"github.com/affido/affido/migrations"
 )
 
-// postgresStore opens and migrates the database AFFIDO_TEST_POSTGRES_DSN
-// names (one the test may write to), or skips without it.
-func postgresStore(t *testing.T) *registry.Store {
+// postgresDSN is AFFIDO_TEST_POSTGRES_DSN, a database the test may
+// migrate and write; without it the test is skipped.
+func postgresDSN(t *testing.T) string {
 	t.Helper()
 	dsn := os.Getenv("AFFIDO_TEST_POSTGRES_DSN")
 	if dsn == "" {
 		t.Skip("needs Postgres: set AFFIDO_TEST_POSTGRES_DSN")
 	}
-	store, err := registry.Open(t.Context(), dsn)
+	return dsn
+}
+
+// postgresStore opens and migrates the database postgresDSN names.
+func postgresStore(t *testing.T) *registry.Store {
+	t.Helper()
+	store, err := registry.Open(t.Context(), postgresDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

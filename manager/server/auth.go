@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
@@ -40,17 +38,17 @@ type Accounts interface {
 // DefaultSessionTTL is how long a web session lasts.
 const DefaultSessionTTL = 30 * 24 * time.Hour
 
-// Sign-in attempts are limited three ways: per address (the throttle of
-// every authentication), per user name from one address (5 at once, then
-// one every 3 s), and per user name from anywhere (50 at once, then one a
-// second), so guessing one account from many addresses is slow too, while
-// one address failing cannot lock its owner out. A success gives its
-// tokens back. At most hashLimit password hashes run at once (19 MiB each).
+// Sign-in attempts are limited two ways: per account (accountLocks: wrong
+// passwords lock that account's password sign-in, never an address), and
+// per address whatever the account, a ceiling against spraying one
+// password over many accounts: 50 failed sign-ins and sign-ups at once,
+// then one more every 6 s; a success gives its count back. Neither shares
+// its counts with the credential throttles (throttle.go), so wrong
+// passwords never refuse a token and bad tokens never refuse a sign-in.
+// At most hashLimit password hashes run at once (19 MiB each).
 const (
-	signInBurst     = 5
-	signInEvery     = 3 * time.Second
-	signInUserBurst = 50
-	signInUserEvery = time.Second
+	signInAddrBurst = 50
+	signInAddrEvery = 6 * time.Second
 	hashLimit       = 4
 )
 
@@ -67,19 +65,19 @@ func (s *Server) authRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /api/tokens/{id}", s.serve(s.revokeToken))
 }
 
-func (s *Server) signInThrottles() (perAddress, perUser *authThrottle) {
+func (s *Server) signInGuards() (perAddress *authThrottle, locks *accountLocks) {
 	s.signInOnce.Do(func() {
-		s.signInThr = newAuthThrottle(signInEvery, signInBurst)
-		s.userThr = newAuthThrottle(signInUserEvery, signInUserBurst)
+		s.signInAddr = newAuthThrottle(signInAddrEvery, signInAddrBurst)
+		s.locks = newAccountLocks()
 		s.hashSem = make(chan struct{}, hashLimit)
 	})
-	return s.signInThr, s.userThr
+	return s.signInAddr, s.locks
 }
 
 // hashing runs f while holding one of the hashLimit slots, or fails when
 // ctx ends first.
 func (s *Server) hashing(ctx context.Context, f func()) error {
-	s.signInThrottles()
+	s.signInGuards()
 	select {
 	case s.hashSem <- struct{}{}:
 	case <-ctx.Done():
@@ -90,25 +88,11 @@ func (s *Server) hashing(ctx context.Context, f func()) error {
 	return nil
 }
 
-// limit is one throttle and the key an attempt counts against in it.
-type limit struct {
-	thr *authThrottle
-	key string
-}
-
-// reserveAll reserves a token of each limit, all or none.
-func reserveAll(limits ...limit) (res []*rate.Reservation, wait time.Duration, ok bool) {
-	for _, l := range limits {
-		r, w, ok := l.thr.reserve(l.key)
-		if !ok {
-			for _, r := range res {
-				r.Cancel()
-			}
-			return nil, w, false
-		}
-		res = append(res, r)
-	}
-	return res, 0, true
+// tooManyFromAddress refuses a sign-in or sign-up from an address past the
+// ceiling.
+func tooManyFromAddress(wait time.Duration) error {
+	return problem.New(http.StatusTooManyRequests, "too-many-failures",
+		"too many failed sign-ins from this address; try again later").Retry(int(wait.Seconds() + 0.999))
 }
 
 // authBody reads the JSON body of an /auth write. Such a write must come
@@ -165,8 +149,9 @@ type credentialsBody struct {
 }
 
 // signIn checks a user's password and starts a session. Wrong passwords
-// (and unknown users, which answer the same) are throttled per address and
-// per user name.
+// (and unknown users, which answer the same) lock that account for a
+// while (429 account-locked, with Retry-After, even for the right
+// password) and count against the address's ceiling.
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) error {
 	var body credentialsBody
 	if err := authBody(w, r, &body); err != nil {
@@ -175,18 +160,24 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) error {
 	if body.Invite != "" {
 		return problem.New(http.StatusBadRequest, "bad-json", "an invite goes to /auth/sign-up")
 	}
-	src := sourceAddr(r)
-	perAddr, perUser := s.signInThrottles()
-	limits := []limit{{s.authThrottle(), src}}
+	perAddress, locks := s.signInGuards()
+	verdict := abandoned
 	if sandboxapi.ValidUser(body.User) { // other names exist nowhere: only the address counts
-		limits = append(limits, limit{perAddr, body.User + "@" + src}, limit{perUser, body.User})
+		if wait, ok := locks.begin(body.User); !ok {
+			secs := int(wait.Seconds() + 0.999)
+			return problem.Errorf(http.StatusTooManyRequests, "account-locked",
+				"too many wrong passwords for %s: its password sign-in is locked for %d s; sessions and API tokens already made still work",
+				body.User, secs).Retry(secs)
+		}
+		defer func() { locks.end(body.User, verdict) }()
 	}
-	reserved, wait, allowed := reserveAll(limits...)
+	reserved, wait, allowed := perAddress.reserve(sourceAddr(r))
 	if !allowed {
-		return problem.New(http.StatusTooManyRequests, "too-many-failures", "too many failed sign-ins; try again later").Retry(int(wait.Seconds() + 0.999))
+		return tooManyFromAddress(wait)
 	}
 	hash, err := s.Accounts.PasswordHash(r.Context(), body.User)
 	if err != nil && !errors.Is(err, registry.ErrUnauthenticated) {
+		reserved.cancel()
 		return registryDown(err)
 	}
 	ok := false
@@ -203,14 +194,15 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) error {
 		}
 	})
 	if herr != nil {
+		reserved.cancel()
 		return nil // the client went away
 	}
 	if !ok {
+		verdict = wrong
 		return problem.New(http.StatusUnauthorized, "wrong-password", "wrong user name or password")
 	}
-	for _, r := range reserved { // a success costs nothing
-		r.Cancel()
-	}
+	verdict = right
+	reserved.cancel() // a success costs nothing
 	return s.startSession(w, r, body.User)
 }
 
@@ -219,6 +211,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request, user strin
 	if err != nil {
 		return registryDown(err)
 	}
+	s.guard().known.add(keyOf(sessionCred, token))
 	s.setSession(w, r, token, s.sessionTTL())
 	writeJSONStatus(w, http.StatusOK, map[string]any{"user": user})
 	return nil
@@ -239,6 +232,7 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) error {
 	if session, _ := credentials(r); session != "" {
 		err := s.Accounts.DeleteSession(r.Context(), session)
 		s.Credentials.ForgetSession(session)
+		s.guard().known.forget(keyOf(sessionCred, session))
 		if err != nil {
 			return registryDown(err)
 		}
@@ -261,14 +255,16 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) error {
 	if body.Invite == "" && !s.OpenSignUp {
 		return problem.New(http.StatusForbidden, "sign-up-closed", "sign-up needs an invite from the operator (affido admin invite USER)")
 	}
-	reserved, wait, allowed := reserveAll(limit{s.authThrottle(), sourceAddr(r)})
+	perAddress, _ := s.signInGuards()
+	reserved, wait, allowed := perAddress.reserve(sourceAddr(r))
 	if !allowed {
-		return problem.New(http.StatusTooManyRequests, "too-many-failures", "too many failed attempts; try again later").Retry(int(wait.Seconds() + 0.999))
+		return tooManyFromAddress(wait)
 	}
 	var hash string
 	var err error
 	if herr := s.hashing(r.Context(), func() { hash, err = account.Hash(body.Password, s.hashParams()) }); herr != nil {
-		return nil
+		reserved.cancel()
+		return nil // the client went away
 	}
 	if err != nil {
 		return fmt.Errorf("hash the password of %s: %w", body.User, err) // a weak password is the client's (fail)
@@ -278,11 +274,10 @@ func (s *Server) signUp(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, registry.ErrBadInvite), errors.Is(err, registry.ErrUserExists):
 		return err
 	case err != nil:
+		reserved.cancel() // the registry's failure, not the client's
 		return registryDown(err)
 	}
-	for _, r := range reserved {
-		r.Cancel()
-	}
+	reserved.cancel()
 	return s.startSession(w, r, body.User)
 }
 
@@ -348,6 +343,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return registryDown(err)
 	}
+	s.guard().known.add(keyOf(apiTokenCred, token))
 	writeJSONStatus(w, http.StatusCreated, map[string]any{"id": info.ID, "name": info.Name, "created_at": info.CreatedAt,
 		"token": token, "note": "this is the only time the token is shown"})
 	return nil
@@ -392,8 +388,8 @@ func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 // signInState is the Server's lazily made sign-in state.
 type signInState struct {
 	signInOnce sync.Once
-	signInThr  *authThrottle // per user name and address
-	userThr    *authThrottle // per user name
+	signInAddr *authThrottle // per address
+	locks      *accountLocks // per user name
 	hashSem    chan struct{}
 	dummyOnce  sync.Once
 	dummy      string

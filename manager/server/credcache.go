@@ -16,7 +16,7 @@ const DefaultCredentialCacheSize = 10000
 // is, so that a warm request through forward_auth costs no Postgres round
 // trip. It keeps only successes, under the sha256 of the credential (never
 // the credential): an unknown token always goes to Postgres, which the
-// failed-auth throttle bounds, and cannot grow the cache. An entry lives at
+// failed-auth throttles bound, and cannot grow the cache. An entry lives at
 // most the TTL and never past the session's own expiry.
 //
 // Every revoke path of this process forgets what it revokes before it

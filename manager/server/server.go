@@ -72,8 +72,7 @@ type Server struct {
 	OwnerDeps
 	Log *slog.Logger
 
-	throttleOnce     sync.Once
-	throttle         *authThrottle
+	authGuard        authGuard
 	resolveObservers sync.Map // result -> prometheus.Observer
 	signInState
 }
@@ -148,18 +147,6 @@ type OwnerDeps struct {
 	}
 }
 
-// Failed authentications per source address: 20 at once, then one more
-// every 3 s.
-const (
-	authFailureBurst = 20
-	authFailureEvery = 3 * time.Second
-)
-
-func (s *Server) authThrottle() *authThrottle {
-	s.throttleOnce.Do(func() { s.throttle = newAuthThrottle(authFailureEvery, authFailureBurst) })
-	return s.throttle
-}
-
 // Handler returns the public handler (reached from Caddy on the control network).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -228,17 +215,65 @@ func credentials(r *http.Request) (session, bearer string) {
 	return session, bearer
 }
 
+// throttledError refuses a credential without looking it up, while a
+// failed-auth throttle it counts against has no failure left.
+type throttledError struct{ wait time.Duration }
+
+func (e *throttledError) Error() string { return fmt.Sprintf("throttled for %s", e.wait) }
+
 // authenticate returns the user session or bearer (the request's
-// credentials) belongs to, from the cache or, within AuthTimeout, from Auth;
-// fresh skips the cache's answer.
-func (s *Server) authenticate(ctx context.Context, session, bearer string, fresh bool) (string, error) {
-	switch {
-	case bearer != "":
-		return s.userForAPIToken(ctx, bearer, fresh)
-	case session != "":
-		return s.userForSession(ctx, session, fresh)
+// credentials, presented from address src for user's resources, "" for
+// the owner's own) belongs to, from the cache or, within AuthTimeout, from
+// Auth; fresh skips the cache's answer.
+//
+// A credential that authenticated here lately (knownCredentials) is looked
+// up whatever the throttles say. Any other counts, before its lookup,
+// against the failed-auth throttles of src, of src and user, and of
+// itself, and gets *throttledError, with no lookup, while one has no failure
+// left; a success gives the counts back. A known credential that is
+// refused (revoked, expired) is forgotten and its failure counted.
+func (s *Server) authenticate(ctx context.Context, src, user, session, bearer string, fresh bool) (string, error) {
+	kind, token := sessionCred, session
+	if bearer != "" {
+		kind, token = apiTokenCred, bearer
 	}
-	return "", registry.ErrUnauthenticated
+	if token == "" {
+		return "", registry.ErrUnauthenticated
+	}
+	g := s.guard()
+	k := keyOf(kind, token)
+	limits := g.limits(src, user, k)
+	known := g.known.has(k)
+	var reserved []reservation
+	if !known {
+		var wait time.Duration
+		var ok bool
+		if reserved, wait, ok = reserveAll(limits...); !ok {
+			return "", &throttledError{wait}
+		}
+	}
+	var owner string
+	var err error
+	if kind == apiTokenCred {
+		owner, err = s.userForAPIToken(ctx, token, fresh)
+	} else {
+		owner, err = s.userForSession(ctx, token, fresh)
+	}
+	switch {
+	case err == nil:
+		cancelAll(reserved)
+		g.known.add(k)
+	case errors.Is(err, registry.ErrUnauthenticated):
+		if known {
+			g.known.forget(k)
+			for _, l := range limits {
+				l.thr.failed(l.key)
+			}
+		}
+	default: // the registry's failure, not the client's
+		cancelAll(reserved)
+	}
+	return owner, err
 }
 
 func (s *Server) userForSession(ctx context.Context, token string, fresh bool) (string, error) {
@@ -272,11 +307,12 @@ func (s *Server) authContext(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, timeout)
 }
 
-// webSessions gives the web pages the cached session lookup.
+// webSessions gives the web pages the cached session lookup, throttled
+// like the account routes'.
 type webSessions struct{ s *Server }
 
-func (w webSessions) UserForSession(ctx context.Context, token string) (string, error) {
-	return w.s.userForSession(ctx, token, false)
+func (w webSessions) UserForSession(r *http.Request, token string) (string, error) {
+	return w.s.authenticate(r.Context(), sourceAddr(r), "", token, "", false)
 }
 
 // resolve is Caddy's forward_auth target. The user id comes only from the
@@ -330,25 +366,23 @@ func (s *Server) observeResolve(result string, d time.Duration) {
 
 // authorize authenticates r (the session cookie or an API token), for
 // user's resources or, with user "", anyone's. It applies the failed-auth
-// throttle and, to a write (method) authenticated by the cookie, the
-// cross-site rule; it returns every refusal as a problem. result names the
-// outcome for the resolve metric ("ok" when err is nil).
+// throttles (see authenticate) and, to a write (method) authenticated by
+// the cookie, the cross-site rule; it returns every refusal as a problem.
+// result names the outcome for the resolve metric ("ok" when err is nil).
 //
 // Only forward_auth (user set) takes the credential cache's answer. The
 // account routes (user "") always ask Postgres: a credential revoked in
 // another manager, still cached here, must not mint a token or session
 // that outlives it, nor read or change the owner's settings.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request, user, method, path string) (owner, result string, err error) {
-	src := sourceAddr(r)
-	if wait, blocked := s.authThrottle().blocked(src); blocked {
-		return "", "throttled", problem.New(http.StatusTooManyRequests, "too-many-failures",
-			"too many failed authentications from this address; try again later").Retry(int(wait.Seconds() + 0.999))
-	}
 	session, bearer := credentials(r)
-	owner, err = s.authenticate(r.Context(), session, bearer, user == "")
+	owner, err = s.authenticate(r.Context(), sourceAddr(r), user, session, bearer, user == "")
+	var throttled *throttledError
 	switch {
+	case errors.As(err, &throttled):
+		return "", "throttled", problem.New(http.StatusTooManyRequests, "too-many-failures",
+			"too many failed authentications like this one from this address; try again later").Retry(int(throttled.wait.Seconds() + 0.999))
 	case errors.Is(err, registry.ErrUnauthenticated):
-		s.authThrottle().failed(src)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="affido"`)
 		return "", "unauthenticated", problem.New(http.StatusUnauthorized, "unauthenticated", "send the better-auth.session_token cookie or an Authorization: Bearer API token")
 	case err != nil:

@@ -177,39 +177,53 @@ func (c countingAuth) UserForAPIToken(ctx context.Context, tok string) (string, 
 	return c.fakeAuth.UserForAPIToken(ctx, tok)
 }
 
-// Guessing tokens from one address: after the burst of failures every
-// request from it is 429 with Retry-After and costs no lookup; another
-// address is unaffected.
-func TestFailedAuthenticationsAreThrottledPerAddress(t *testing.T) {
+// Guessing tokens for one user from one address: after the burst of
+// failures every guess from it for that user is 429 with Retry-After and
+// costs no lookup; spraying guesses over many users meets the address's
+// ceiling; another address is unaffected throughout.
+func TestGuessesAreThrottledWithoutLookups(t *testing.T) {
 	lookups := 0
-	auth := countingAuth{fakeAuth{tokens: map[string]string{"t-bob": "bob"}}, &lookups}
+	auth := countingAuth{fakeAuth{tokens: map[string]string{"t-bob": "bob", "t-carol": "carol"}}, &lookups}
 	s := &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: &fakeResolver{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
-	call := func(from, tok string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "/v1/resolve?user=bob&path=/health", nil)
+	call := func(from, user, tok string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/v1/resolve?user="+user+"&path=/health", nil)
 		req.Header.Set("X-Forwarded-For", from)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		return w
 	}
-	for i := range authFailureBurst {
-		if w := call("192.0.2.1", fmt.Sprintf("guess-%d", i)); w.Code != 401 {
+	refused := func(w *httptest.ResponseRecorder) bool {
+		return w.Code == 429 && w.Header().Get("Retry-After") != "" && w.Header().Get(EndpointHeader) == ""
+	}
+	for i := range userFailureBurst {
+		if w := call("192.0.2.1", "bob", fmt.Sprintf("guess-%d", i)); w.Code != 401 {
 			t.Fatalf("guess %d: %d", i, w.Code)
 		}
 	}
 	before := lookups
-	for _, tok := range []string{"guess-x", "t-bob"} {
-		w := call("192.0.2.1", tok)
-		if w.Code != 429 || w.Header().Get("Retry-After") == "" || w.Header().Get(EndpointHeader) != "" {
-			t.Fatalf("after %d failures, %s: %d %v", authFailureBurst, tok, w.Code, w.Header())
+	if w := call("192.0.2.1", "bob", "guess-x"); !refused(w) || lookups != before {
+		t.Fatalf("after %d failures: %d %v, %d lookups", userFailureBurst, w.Code, w.Header(), lookups-before)
+	}
+	if w := call("192.0.2.2", "bob", "t-bob"); w.Code != 200 {
+		t.Fatalf("another address: %d", w.Code)
+	}
+	// Spraying: one guess per user, past the address's ceiling.
+	for i := userFailureBurst; i < addrFailureBurst; i++ {
+		if w := call("192.0.2.1", fmt.Sprintf("user%d", i), fmt.Sprintf("spray-%d", i)); w.Code != 401 {
+			t.Fatalf("spray %d: %d", i, w.Code)
 		}
 	}
-	if lookups != before {
-		t.Fatalf("a throttled request looked up credentials (%d lookups)", lookups-before)
+	before = lookups
+	if w := call("192.0.2.1", "dave", "guess-y"); !refused(w) || lookups != before {
+		t.Fatalf("past the address's ceiling: %d, %d lookups", w.Code, lookups-before)
 	}
-	if w := call("192.0.2.2", "t-bob"); w.Code != 200 {
-		t.Fatalf("another address: %d", w.Code)
+	if w := call("192.0.2.1", "carol", "t-carol"); w.Code != 429 {
+		t.Fatalf("a token never seen here, from an address past its ceiling: %d (the documented trade-off)", w.Code)
+	}
+	if w := call("192.0.2.1", "bob", "t-bob"); w.Code != 200 {
+		t.Fatalf("a token known here, from an address past its ceiling: %d", w.Code)
 	}
 }
 

@@ -7,7 +7,6 @@
 package web
 
 import (
-	"context"
 	"crypto/rand"
 	"embed"
 	"encoding/base64"
@@ -37,9 +36,10 @@ func pageCSP(nonce string) string {
 }
 
 // Sessions says whose a session cookie is (registry.ErrUnauthenticated, or
-// any error, for none).
+// any error, for none); r is the request that carries it, whose address
+// counts its failures.
 type Sessions interface {
-	UserForSession(ctx context.Context, token string) (string, error)
+	UserForSession(r *http.Request, token string) (string, error)
 }
 
 // Handler serves the web client.
@@ -91,7 +91,7 @@ func (h *Handler) user(r *http.Request) string {
 	if err != nil || c.Value == "" {
 		return ""
 	}
-	user, err := h.Sessions.UserForSession(r.Context(), c.Value)
+	user, err := h.Sessions.UserForSession(r, c.Value)
 	if err != nil {
 		return ""
 	}

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"errors"
 	"io"
 	"io/fs"
@@ -15,7 +14,7 @@ import (
 
 type sessions map[string]string
 
-func (s sessions) UserForSession(_ context.Context, tok string) (string, error) {
+func (s sessions) UserForSession(_ *http.Request, tok string) (string, error) {
 	if u, ok := s[tok]; ok {
 		return u, nil
 	}

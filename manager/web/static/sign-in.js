@@ -15,7 +15,8 @@ form.addEventListener('submit', async (ev) => {
   if (!invite.hidden) { body.invite = form.invite.value.trim(); path = '/auth/sign-up'; }
   const resp = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body), credentials: 'same-origin' });
   if (resp.ok) { location.assign('/app/'); return; }
-  let detail = resp.statusText;
+  // A 429 says which: this account is locked for a while, or this address tried too often.
+  let detail = resp.status === 429 ? 'Too many tries; wait a moment.' : resp.statusText;
   try { const p = await resp.json(); detail = p.detail || p.title || detail; } catch { /* not JSON */ }
-  error.textContent = resp.status === 429 ? 'Too many tries; wait a moment.' : detail;
+  error.textContent = detail;
 });
