@@ -62,6 +62,10 @@ func adminCall(method, path string, q url.Values, out any) error {
 		}
 		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, p.Detail)
 	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = body
+		return nil
+	}
 	return json.Unmarshal(body, out)
 }
 
@@ -89,6 +93,7 @@ func adminCmd() *cobra.Command {
 	}
 	cmd.AddCommand(
 		sandboxesCmd(),
+		metricsCmd(),
 		poolCmd(),
 		&cobra.Command{
 			Use:   "capacity MAX",
@@ -138,6 +143,25 @@ func adminCmd() *cobra.Command {
 		},
 	)
 	return cmd
+}
+
+// metricsCmd prints the manager's Prometheus metrics. They are served on
+// the admin socket only: nothing on a network, the host's bridge address
+// included, reads them.
+func metricsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "metrics",
+		Short: "Print the manager's metrics (Prometheus text format)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var body []byte
+			if err := adminCall(http.MethodGet, "/admin/metrics", nil, &body); err != nil {
+				return err
+			}
+			_, err := cmd.OutOrStdout().Write(body)
+			return err
+		},
+	}
 }
 
 // sandboxesCmd lists the sandboxes, as a table or (--json) as the admin

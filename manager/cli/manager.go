@@ -195,7 +195,7 @@ func serve(ctx context.Context) error {
 			SecureCookies: cfg.SecureCookies, SpendOwner: store},
 		Log: log,
 	}
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Log: log}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
@@ -29,6 +32,9 @@ type Admin struct {
 	// Credentials is the public Server's cache, told of what an admin
 	// change ends (a new password ends the user's sessions).
 	Credentials *CredentialCache
+	// Metrics are the manager's Prometheus metrics, served here alone
+	// (GET /admin/metrics): no network reaches them.
+	Metrics *lifecycle.Metrics
 	// Log records the failures the API answers with a request id
 	// (default slog.Default).
 	Log *slog.Logger
@@ -37,6 +43,9 @@ type Admin struct {
 // Handler returns the admin API.
 func (a *Admin) Handler() http.Handler {
 	mux := http.NewServeMux()
+	if a.Metrics != nil {
+		mux.Handle("GET /admin/metrics", promhttp.HandlerFor(prometheus.Gatherers{a.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
+	}
 	mux.HandleFunc("GET /admin/sandboxes", a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		list, err := a.Manager.Sandboxes(r.Context())
 		if err != nil {

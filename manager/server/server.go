@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
@@ -77,7 +76,8 @@ type Server struct {
 	signInState
 }
 
-// EdgeDeps serve forward_auth (/v1/resolve), /healthz and /metrics.
+// EdgeDeps serve forward_auth (/v1/resolve) and /healthz; Metrics are
+// observed here and served on the admin socket (Admin).
 type EdgeDeps struct {
 	Auth     Authenticator
 	Resolver Resolver
@@ -152,9 +152,6 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/resolve", s.serve(s.resolve))
 	mux.HandleFunc("GET /healthz", s.serve(s.healthz))
-	if s.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
-	}
 	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.WhoamiPath, s.serve(s.whoami))
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.NotifyPath, s.serve(s.notify))
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.WakeAtPath, s.serve(s.wakeAt))
