@@ -116,7 +116,7 @@ type Manager struct {
 	// read the engine for them: reconcile reads it before anything else,
 	// and requests do not go straight to them meanwhile.
 	looks map[*box]bool
-	kick     chan struct{}      // something was queued
+	kick  chan struct{} // something was queued
 
 	eventsUp atomic.Bool
 	now      func() time.Time
