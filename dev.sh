@@ -58,9 +58,27 @@ control_key() {
   export AFFIDO_CONTROL_KEY
 }
 
+# postgres_password exports the stack's database password, made at its
+# first start and kept in .secrets/STACK/postgres.password. A stack whose
+# database predates it keeps the old default, which its data was made with.
+postgres_password() {
+  [[ -n "${AFFIDO_POSTGRES_PASSWORD:-}" ]] && return 0
+  local dir=.secrets/$AFFIDO_STACK
+  if [[ ! -s $dir/postgres.password ]]; then
+    if docker volume inspect "${AFFIDO_STACK}_oltp" >/dev/null 2>&1; then
+      (umask 077 && mkdir -p "$dir" && printf affido > "$dir/postgres.password")
+    else
+      (umask 077 && mkdir -p "$dir" && od -An -tx1 -N24 /dev/urandom | tr -d ' \n' > "$dir/postgres.password")
+    fi
+  fi
+  AFFIDO_POSTGRES_PASSWORD=$(<"$dir/postgres.password")
+  export AFFIDO_POSTGRES_PASSWORD
+}
+
 # compose runs docker compose or docker-compose, whichever exists.
 compose() {
   control_key
+  postgres_password
   if docker compose version >/dev/null 2>&1; then
     docker compose -p "$AFFIDO_STACK" -f compose.yaml "$@"
   elif command -v docker-compose >/dev/null 2>&1; then
@@ -89,7 +107,7 @@ check_prereqs() {
 # docker_build TAG DIR builds with the classic builder, quietly unless it fails.
 docker_build() {
   local out
-  if ! out=$(docker build -q -t "$1" "$2" 2>&1); then
+  if ! out=$(docker build -q -t "$1" "${@:3}" "$2" 2>&1); then
     echo "$out" >&2
     die "building image $1 failed"
   fi
@@ -101,10 +119,13 @@ build_binaries() {
   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$BUILD/bin/" ./cmd/affido ./cmd/affido-agent ./cmd/affido-caddy
 }
 
-# build_base_images builds the Debian base and Postgres once; no registry is
+# build_base_images builds the Debian base once and Postgres whenever its
+# files change (the image is labelled with their hash); no registry is
 # needed (debootstrap from Debian's mirror, then docker import).
 build_base_images() {
-  if docker image inspect affido/postgres:15 >/dev/null 2>&1; then
+  local src
+  src=$(cat images/postgres/* | sha256sum | cut -c1-16)
+  if [[ $(docker image inspect -f '{{index .Config.Labels "affido.src"}}' affido/postgres:15 2>/dev/null) == "$src" ]]; then
     return
   fi
   if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
@@ -112,7 +133,7 @@ build_base_images() {
     images/debian/build.sh affido/debian:bookworm
   fi
   say "building affido/postgres:15 from Debian's postgresql package"
-  docker_build affido/postgres:15 images/postgres
+  docker_build affido/postgres:15 images/postgres --label "affido.src=$src"
 }
 
 # build_busybox builds the agent's busybox from Debian's source with only the
@@ -359,7 +380,7 @@ cmd_reset() {
   docker volume ls -q --filter "$f" | xargs -r docker volume rm -f >/dev/null
   # What compose created under the project name, should compose itself have failed.
   docker network rm "${AFFIDO_STACK}_control" >/dev/null 2>&1 || true
-  docker volume rm -f "${AFFIDO_STACK}_oltp" >/dev/null 2>&1 || true
+  docker volume rm -f "${AFFIDO_STACK}_oltp" "${AFFIDO_STACK}_pgsocket" >/dev/null 2>&1 || true
   rm -rf ".secrets/$AFFIDO_STACK" # the stack's own keys go with its data
   unguard_host
   if [[ "$keep_images" == yes ]]; then

@@ -86,6 +86,24 @@ func TestAttackNoProcessOutlivesItsToolCall(t *testing.T) {
 	}
 }
 
+// /dev/shm is a tmpfs outside the workspace quota that kept its content
+// between calls (issue 28: 64 MiB to hide and stash data in). Now it is
+// 8 MiB and empty at the next call: tried with a file, a hidden file and
+// a read-only directory with a file in it.
+func TestAttackShmKeepsNothingBetweenCalls(t *testing.T) {
+	user, tok := newUser(t, "atk-shm")
+	r := shellReply(t, user, tok, `echo x > /dev/shm/a; echo y > /dev/shm/.h; mkdir -p /dev/shm/d; echo z > /dev/shm/d/f; chmod 500 /dev/shm/d; ls -A /dev/shm | wc -l; df -k /dev/shm | tail -1`)
+	if !strings.Contains(r, "\n3\n") {
+		t.Fatalf("writing to /dev/shm: %q", r)
+	}
+	if f := strings.Fields(r[strings.LastIndex(r, "\n3\n")+3:]); len(f) < 2 || f[1] != "8192" {
+		t.Errorf("/dev/shm is not 8 MiB: %q", r)
+	}
+	if r := shellReply(t, user, tok, "ls -A /dev/shm | wc -l"); !strings.Contains(r, "\n0") {
+		t.Fatalf("the next call finds /dev/shm holding: %q", r)
+	}
+}
+
 // Nothing inside the sandbox can call the agent's API: not a program on
 // localhost, not one using the container's own address.
 func TestAttackAgentAPIAnswersOnlyCaddy(t *testing.T) {

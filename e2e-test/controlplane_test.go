@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -352,7 +353,6 @@ func TestSandboxNetworkIsolation(t *testing.T) {
 		ipOn(t, caddyName(), control) + ":8080":   false,
 		ipOn(t, managerName(), control) + ":9090": false,
 		ipOn(t, managerName(), control) + ":9091": false,
-		ipOn(t, oltpName(), control) + ":5432":    false,
 		ipOn(t, stack+"-"+bob+"-agent", stack+"-"+bob+"-net") + ":8080": false,
 		bridge + ":18080": false, // the host, through the bridge
 		bridge + ":2375":  false, // dockerd over TCP
@@ -434,6 +434,33 @@ func TestDockerErrorIs503(t *testing.T) {
 	}
 	restore()
 	mustGet(t, user, tok, "/health")
+}
+
+// Postgres is on no network (issue 28: it listened on the control network,
+// which the host has an address in, with the compose default password):
+// its container has no address anywhere, the server listens on no TCP
+// address, and the name oltp resolves nowhere on the control network.
+// The password is the one dev.sh made, not the old default.
+func TestPostgresIsOnNoNetwork(t *testing.T) {
+	var nets map[string]any
+	if err := json.Unmarshal([]byte(docker(t, "inspect", "-f", "{{json .NetworkSettings.Networks}}", oltpName())), &nets); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range nets {
+		if ip, _ := n.(map[string]any)["IPAddress"].(string); ip != "" || name != "none" {
+			t.Errorf("oltp is on network %s with address %q", name, ip)
+		}
+	}
+	if got := psql(t, "SHOW listen_addresses"); got != "" {
+		t.Errorf("listen_addresses = %q, want none", got)
+	}
+	out := docker(t, "run", "--rm", "--network", stack+"_control", "affido/probe:test", "oltp:5432", oltpName()+":5432")
+	if strings.Contains(out, " open") {
+		t.Errorf("Postgres answered on the control network: %s", out)
+	}
+	if pw := strings.TrimSpace(docker(t, "exec", oltpName(), "sh", "-c", "printf %s \"$POSTGRES_PASSWORD\"")); pw == "affido" || len(pw) < 32 {
+		t.Errorf("the database password is %d characters (the old default: %v)", len(pw), pw == "affido")
+	}
 }
 
 // The manager's metrics are read on its admin socket (affido admin

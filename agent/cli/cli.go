@@ -134,6 +134,7 @@ func runTools(cmd *cobra.Command) error {
 		OutputCap:  tools.ShellOutputCap,
 		Limits:     runner.Limits{CPUSeconds: toolCPUSeconds, FileSize: toolMaxFile},
 		Trampoline: []string{self, "tool-exec"},
+		Scratch:    []string{"/dev/shm"},
 	})
 }
 

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 		cfg.Env = []string{"PATH=/bin:/usr/bin", "AFFIDO_RUNNER_TEST_ROLE=exec", "HOME=" + cfg.Dir}
 		cfg.Limits = Limits{CPUSeconds: 2, FileSize: 1024}
 		cfg.Trampoline = []string{os.Args[0]}
+		cfg.Scratch = []string{filepath.Join(cfg.Dir, "shm")}
 		if err := Serve(conn, cfg); err != nil {
 			os.Exit(3)
 		}
@@ -195,5 +196,28 @@ func TestClientReportsAGoneRunner(t *testing.T) {
 	}
 	if _, _, err := p.c.Run(context.Background(), "echo x", time.Second); !errors.Is(err, ErrGone) {
 		t.Fatalf("after the runner died: %v", err)
+	}
+}
+
+// A scratch directory (the sandbox's /dev/shm, outside the workspace
+// quota) is empty at the next call: tried with a file, a hidden file, a
+// nested directory without write permission, and a file a background
+// process keeps writing after the shell ends.
+func TestScratchIsEmptiedAfterEveryCall(t *testing.T) {
+	p := start(t)
+	shm := filepath.Join(p.dir, "shm")
+	if err := os.Mkdir(shm, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	out, code := p.run(t, "echo x > shm/a; echo y > shm/.hidden; mkdir -p shm/d/e; echo z > shm/d/e/f; chmod 500 shm/d; (while :; do echo w >> shm/later; sleep 0.01; done) & ls -A shm | wc -l", 5*time.Second)
+	if code != 0 || strings.TrimSpace(out) != "4" {
+		t.Fatalf("first call: %d %q", code, out)
+	}
+	out, code = p.run(t, "ls -A shm | wc -l", 5*time.Second)
+	if code != 0 || strings.TrimSpace(out) != "0" {
+		t.Fatalf("the next call finds %q entries in the scratch directory (exit %d)", out, code)
+	}
+	if _, err := os.Stat(shm); err != nil {
+		t.Fatalf("the scratch directory itself went: %v", err)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,6 +36,10 @@ type Config struct {
 	// Trampoline is the argv prefix of a program that applies Limits and
 	// then executes the rest of its arguments (affido-agent tool-exec).
 	Trampoline []string
+	// Scratch are directories emptied after every command (the sandbox's
+	// /dev/shm, a tmpfs outside the workspace quota): nothing a command
+	// leaves there outlives the call.
+	Scratch []string
 }
 
 // AgentConn is the runner's connection to the agent, which hands it over
@@ -145,8 +151,12 @@ wait:
 		}
 	}
 	// Whatever the shell left running (in the background, detached with
-	// setsid, or reparented to us) ends with the call.
+	// setsid, or reparented to us) ends with the call, and so does what it
+	// left in the scratch directories.
 	killDescendants()
+	for _, dir := range cfg.Scratch {
+		emptyDir(dir)
+	}
 	select {
 	case <-copied:
 	case <-time.After(5 * time.Second): // nothing can hold the pipe now; never wait forever
@@ -177,6 +187,26 @@ wait:
 		return response{ID: req.ID, Output: text, ExitCode: 1, Error: err.Error()}
 	}
 	return response{ID: req.ID, Output: text, ExitCode: code}
+}
+
+// emptyDir removes what dir holds (what this uid may remove: the commands
+// run under it), keeping dir itself. Directories a command made read-only
+// are made writable first, or their content could not be removed.
+func emptyDir(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		_ = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(path, 0o700)
+			}
+			return nil
+		})
+		_ = os.RemoveAll(p)
+	}
 }
 
 // killDescendants kills every descendant of this process and reaps them,

@@ -1,18 +1,21 @@
 #!/bin/sh
-# Initialises the cluster on first start (password auth for the network, from
-# POSTGRES_PASSWORD), then runs postgres in the foreground.
+# Initialises the cluster on first start (password auth, from
+# POSTGRES_PASSWORD), then runs postgres in the foreground on its unix
+# socket alone: no TCP port, so nothing on a network (the host's bridge
+# address included) reaches it. The manager shares the socket's directory
+# (a volume). PGPASSFILE lets `docker exec <oltp> psql` in.
 set -eu
 : "${POSTGRES_USER:=affido}" "${POSTGRES_DB:=affido}"
+if [ -z "${POSTGRES_PASSWORD:-}" ]; then
+  echo "affido-postgres: POSTGRES_PASSWORD is required" >&2
+  exit 1
+fi
+(umask 077 && printf '*:*:*:%s:%s\n' "$POSTGRES_USER" "$POSTGRES_PASSWORD" > "$PGPASSFILE")
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
-  if [ -z "${POSTGRES_PASSWORD:-}" ]; then
-    echo "affido-postgres: POSTGRES_PASSWORD is required on first start" >&2
-    exit 1
-  fi
   pwfile=$(mktemp)
   printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"
-  initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" --auth-local=trust --auth-host=scram-sha-256 -E UTF8 >/dev/null
+  initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" --auth-local=scram-sha-256 --auth-host=reject -E UTF8 >/dev/null
   rm -f "$pwfile"
-  echo "host all all 0.0.0.0/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
   postgres -D "$PGDATA" -c listen_addresses='' &
   pid=$!
   until pg_isready -q -h /var/run/postgresql; do sleep 0.1; done
@@ -21,4 +24,4 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   fi
   kill "$pid"; wait "$pid" || true
 fi
-exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories=/var/run/postgresql
+exec postgres -D "$PGDATA" -c listen_addresses='' -c unix_socket_directories=/var/run/postgresql

@@ -110,7 +110,7 @@ func Load() (Config, error) {
 		return n
 	}
 	c := Config{
-		PostgresDSN:      str("AFFIDO_POSTGRES_DSN", "postgres://affido:affido@oltp:5432/affido?sslmode=disable"),
+		PostgresDSN:      str("AFFIDO_POSTGRES_DSN", "postgres://affido:affido@/affido?host=/var/run/postgresql&sslmode=disable"),
 		Listen:           str("AFFIDO_LISTEN", ":9090"),
 		AdminSocket:      str("AFFIDO_ADMIN_SOCKET", "/run/affido/admin.sock"),
 		Stack:            str("AFFIDO_STACK", "affido"),

@@ -16,6 +16,9 @@ import (
 	"github.com/affido/affido/manager/subnet"
 )
 
+// shmSize is the size of a sandbox's /dev/shm (Docker's default is 64 MiB).
+const shmSize = 8 << 20
+
 // Create creates the hardened agent container on the sandbox's network,
 // with a fixed address inside subnet. It returns the existing container if
 // one with the name exists already. The container carries no identity: the
@@ -45,6 +48,9 @@ func (d *Docker) Create(ctx context.Context, n lifecycle.Names, sn netip.Prefix)
 			CapAdd:         []string{"SETUID", "SETGID"},
 			SecurityOpt:    []string{"no-new-privileges:true"},
 			Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
+			// /dev/shm is outside the workspace quota: small, and emptied
+			// after every tool call (agent/runner Scratch).
+			ShmSize: shmSize,
 			Mounts: []mount.Mount{
 				{Type: mount.TypeVolume, Source: SessionVolumeName(n), Target: "/data"},
 				{Type: mount.TypeVolume, Source: WorkspaceVolumeName(n), Target: "/workspace"},
