@@ -79,6 +79,9 @@ postgres_password() {
 compose() {
   control_key
   postgres_password
+  # The manager runs as its own uid with the Docker socket's group added.
+  AFFIDO_DOCKER_GID=$(stat -L -c %g /var/run/docker.sock 2>/dev/null || echo 0)
+  export AFFIDO_DOCKER_GID
   if docker compose version >/dev/null 2>&1; then
     docker compose -p "$AFFIDO_STACK" -f compose.yaml "$@"
   elif command -v docker-compose >/dev/null 2>&1; then
@@ -181,6 +184,8 @@ build_images() {
   rm -rf "$m" "$c"
   mkdir -p "$m" "$c"
   cp images/manager/Dockerfile "$BUILD/bin/affido" "$m/"
+  mkdir -p "$m/run/affido"
+  chmod 700 "$m/run/affido"
   "$BUILD/bin/affido" marketplace build --src marketplace/skills --out "$m/marketplace" >/dev/null
   if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
     cp /etc/ssl/certs/ca-certificates.crt "$m/"

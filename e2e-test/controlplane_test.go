@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -434,6 +435,28 @@ func TestDockerErrorIs503(t *testing.T) {
 	}
 	restore()
 	mustGet(t, user, tok, "/health")
+}
+
+// The manager is not root (issue 28): its process runs under its own uid
+// with the Docker socket's group, and its admin socket still answers.
+func TestManagerIsNotRoot(t *testing.T) {
+	pid := strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.Pid}}", managerName()))
+	status, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 5 && f[0] == "Uid:" {
+			for _, id := range f[1:] {
+				if id == "0" {
+					t.Fatalf("the manager runs as root: %s", line)
+				}
+			}
+		}
+	}
+	if out := docker(t, "exec", managerName(), "affido", "admin", "sandboxes"); !strings.Contains(out, "USER") {
+		t.Fatalf("affido admin as the manager's user: %q", out)
+	}
 }
 
 // Postgres is on no network (issue 28: it listened on the control network,
