@@ -138,30 +138,35 @@ func runTools(cmd *cobra.Command) error {
 	})
 }
 
+var _ workspace.Repairer = (*runner.Client)(nil)
+
 // startTools gives the model's commands their own identity: as root it
 // starts the runner under the tools' uid and drops this process to the
 // agent's (privsep). Without root, and only where AFFIDO_PRIVSEP is not
 // "required" (the agent image requires it), the commands run as the agent
 // itself, for development outside the image.
-func startTools(cancel context.CancelFunc, log *slog.Logger, ws, data string) (tools.Shell, error) {
+//
+// The runner is also the agent's Repairer: it owns what the tools write, so
+// it is what can give the owner back what they closed.
+func startTools(cancel context.CancelFunc, log *slog.Logger, ws, data string) (tools.Shell, workspace.Repairer, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	client, cmd, err := privsep.Start(privsep.Config{Self: self, Workspace: ws, Data: data})
 	switch {
 	case errors.Is(err, privsep.ErrNotRoot) && os.Getenv(sandboxapi.EnvPrivsep) != "required":
 		log.Warn("tools run as the agent's own user: no privilege separation outside the sandbox image")
-		return tools.LocalShell{Path: env("AFFIDO_SHELL", "/bin/sh"), Dir: ws}, nil
+		return tools.LocalShell{Path: env("AFFIDO_SHELL", "/bin/sh"), Dir: ws}, nil, nil
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
 	go func() {
 		err := cmd.Wait()
 		log.Error("the tool runner stopped; the agent stops too (nothing committed is lost)", "err", err)
 		cancel()
 	}()
-	return client, nil
+	return client, client, nil
 }
 
 func serve(ctx context.Context) error {
@@ -171,7 +176,7 @@ func serve(ctx context.Context) error {
 	data := filepath.Dir(sessionDB)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	shell, err := startTools(cancel, log, ws, data)
+	shell, repair, err := startTools(cancel, log, ws, data)
 	if err != nil {
 		return err
 	}
@@ -231,9 +236,10 @@ func serve(ctx context.Context) error {
 			// can wake this sandbox even if the agent hangs at pause time.
 			OnScheduled: (&wakeReporter{report: model.ReportWake, log: log}).scheduled,
 		},
-		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(data, "skills"), Market: skills.HTTPFetcher{
+		Skills: &skills.Installer{Workspace: ws, Records: filepath.Join(data, "skills"), Repair: repair, Market: skills.HTTPFetcher{
 			BaseURL: gatewayURL + gatewayapi.Prefix + gatewayapi.MarketplacePath, Token: id.Token}},
-		Log: log,
+		Repair: repair,
+		Log:    log,
 	})
 	defer s.Close()
 	addr := env(sandboxapi.EnvListen, ":8080")

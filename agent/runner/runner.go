@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -39,6 +40,9 @@ type request struct {
 	Command   string `json:"command,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
 	Cancel    bool   `json:"cancel,omitempty"`
+	// Repair, instead of a command, asks the runner to give the workspace's
+	// group back a path under the workspace (see Client.Repair).
+	Repair string `json:"repair,omitempty"`
 }
 
 // response is the runner's answer to a command.
@@ -75,10 +79,55 @@ func (c *Client) Run(ctx context.Context, command string, timeout time.Duration)
 	if len(command) > MaxCommand {
 		return "", 0, fmt.Errorf("the command is %d bytes; at most %d", len(command), MaxCommand)
 	}
+	r, err := c.call(ctx, request{Command: command, TimeoutMS: timeout.Milliseconds()}, timeout)
+	if err != nil {
+		return r.Output, r.ExitCode, err
+	}
+	if r.Error != "" {
+		return r.Output, r.ExitCode, errors.New(r.Error)
+	}
+	return r.Output, r.ExitCode, nil
+}
+
+// RepairTimeout bounds one repair (the runner stops its walk by then).
+const RepairTimeout = 20 * time.Second
+
+// Repair asks the runner, which runs under the uid that owns what the tools
+// wrote, to give the workspace's group back rel (relative to the
+// workspace), everything under it and the directories on the way to it:
+// read and write for files, read, write and search for directories, the
+// workspace's group, no sticky bit and no ACL. It works in Go, never through
+// a shell, follows no link and never leaves the workspace; what the tools'
+// uid does not own is left as it is. It returns an error only when the
+// runner could not do it; a path that does not exist is not an error.
+func (c *Client) Repair(ctx context.Context, rel string) error {
+	if !filepath.IsLocal(rel) {
+		return fmt.Errorf("repair %q: not a path inside the workspace", rel)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return ErrGone
+	}
+	r, err := c.call(ctx, request{Repair: rel}, RepairTimeout)
+	if err != nil {
+		return err
+	}
+	if r.Error != "" {
+		return fmt.Errorf("repair %s: %s", rel, r.Error)
+	}
+	return nil
+}
+
+// call sends req (under a fresh id) and waits for its answer: until
+// timeout plus the grace, after which the runner counts as gone. A
+// cancelled ctx asks the runner to stop, then waits for its answer.
+func (c *Client) call(ctx context.Context, req request, timeout time.Duration) (response, error) {
 	c.next++
 	id := c.next
-	if err := c.send(request{ID: id, Command: command, TimeoutMS: timeout.Milliseconds()}); err != nil {
-		return "", 0, err
+	req.ID = id
+	if err := c.send(req); err != nil {
+		return response{}, err
 	}
 	got := make(chan response, 1)
 	failed := make(chan error, 1)
@@ -106,22 +155,20 @@ func (c *Client) Run(ctx context.Context, command string, timeout time.Duration)
 		select {
 		case <-late.C:
 			c.gone = true
-			return "", 0, fmt.Errorf("%w: no answer %v after the call's timeout", ErrGone, answerGrace)
+			return response{}, fmt.Errorf("%w: no answer %v after the call's timeout", ErrGone, answerGrace)
 		case r := <-got:
 			if cancelled != nil {
-				return r.Output, 130, cancelled
+				r.ExitCode = 130
+				return r, cancelled
 			}
-			if r.Error != "" {
-				return r.Output, r.ExitCode, errors.New(r.Error)
-			}
-			return r.Output, r.ExitCode, nil
+			return r, nil
 		case err := <-failed:
 			c.gone = true
-			return "", 0, fmt.Errorf("%w: %v", ErrGone, err)
+			return response{}, fmt.Errorf("%w: %v", ErrGone, err)
 		case <-ctx.Done():
 			cancelled = ctx.Err()
 			if err := c.send(request{ID: id, Cancel: true}); err != nil {
-				return "", 0, err
+				return response{}, err
 			}
 			ctx = context.Background() // now wait for the runner to confirm the kill
 		}

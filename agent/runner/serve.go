@@ -71,13 +71,24 @@ func Serve(conn net.Conn, cfg Config) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("set not dumpable: %w", err)
 	}
+	// What the commands write stays writable by the workspace's group (the
+	// agent), as what the agent writes does for them.
+	syscall.Umask(0o002)
 	reqs := make(chan request)
 	go readRequests(conn, reqs)
 	for req := range reqs {
 		if req.Cancel {
 			continue // for a command that has already finished
 		}
-		resp := cfg.run(req, reqs)
+		var resp response
+		if req.Repair != "" {
+			resp.ID = req.ID
+			if err := cfg.repair(req.Repair); err != nil {
+				resp.Error = err.Error()
+			}
+		} else {
+			resp = cfg.run(req, reqs)
+		}
 		b, _ := json.Marshal(resp)
 		if _, err := conn.Write(append(b, '\n')); err != nil {
 			return fmt.Errorf("answer the agent: %w", err)

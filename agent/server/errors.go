@@ -76,9 +76,12 @@ var clientErrors = []struct {
 func problemOf(err error) *problem.Error {
 	var p *problem.Error
 	var busy *host.BusyError
+	var closed *workspace.ClosedError
 	switch {
 	case errors.As(err, &p):
 		return p
+	case errors.As(err, &closed):
+		return problem.New(http.StatusConflict, "closed-by-tools", closed.Error()).Because(closed.Err)
 	case errors.As(err, &busy):
 		return problem.New(http.StatusConflict, "busy", busy.Why)
 	case errors.Is(err, host.ErrClosedMeanwhile):
@@ -97,7 +100,8 @@ func problemOf(err error) *problem.Error {
 // pathError is the problem of a workspace path the client named.
 func pathError(err error) error {
 	switch {
-	case errors.Is(err, workspace.ErrBadPath), errors.Is(err, workspace.ErrTooLarge), errors.Is(err, workspace.ErrQuota), errors.Is(err, workspace.ErrNotFile):
+	case errors.Is(err, workspace.ErrBadPath), errors.Is(err, workspace.ErrTooLarge), errors.Is(err, workspace.ErrQuota), errors.Is(err, workspace.ErrNotFile),
+		errors.Is(err, workspace.ErrClosed):
 		return err
 	case errors.Is(err, fs.ErrNotExist):
 		return problem.New(http.StatusNotFound, "not-found", "no such file or directory")

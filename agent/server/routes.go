@@ -537,7 +537,7 @@ func (s *Server) skillsInstall(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	got, err := s.cfg.Skills.Install(ctx, body.Name, body.Version)
 	switch {
-	case errors.Is(err, skills.ErrUnknown):
+	case errors.Is(err, skills.ErrUnknown), errors.Is(err, workspace.ErrClosed):
 		return err
 	case errors.Is(err, marketplace.ErrInvalid):
 		return unavailable(http.StatusBadGateway, "bad-manifest", "the marketplace sent a manifest that was refused; nothing was installed", err)

@@ -71,7 +71,10 @@ type Config struct {
 	Models  func(ctx context.Context) ([]string, error)
 	Harness durable.Options // Model and DefaultModel are filled from above
 	Skills  *skills.Installer
-	Log     *slog.Logger
+	// Repair gives the owner's file routes back what the model's tools
+	// closed (the tool runner; nil outside privilege separation).
+	Repair workspace.Repairer
+	Log    *slog.Logger
 	// Quota caps the bytes of the workspace and the corpus together (0: none).
 	Quota int64
 	// WorkerTools and WorkerSystem are the worker agent's tools (web tools:
@@ -120,7 +123,7 @@ func New(cfg Config) *Server {
 		cfg.Log = slog.Default()
 	}
 	corpusDir := filepath.Join(filepath.Dir(cfg.SessionDB), "corpus")
-	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}},
+	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}, Repair: cfg.Repair},
 		corpus: &corpus.Corpus{Dir: corpusDir}, host: cfg.Host}
 	if s.host == nil {
 		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Model: cfg.Model,

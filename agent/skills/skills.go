@@ -22,7 +22,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/marketplace"
 )
 
@@ -46,6 +48,35 @@ type Installer struct {
 	// (<name>.json); it must be out of the tools' reach.
 	Records string
 	Market  Fetcher
+	// Repair, if set, gives back what the tools closed under skills/ and
+	// .skills-staging/ when an install or a removal fails for want of
+	// permission; the operation is then tried once more from the start.
+	Repair workspace.Repairer
+}
+
+// reopen runs op; if it fails for want of permission and in.Repair is set,
+// it has skills/ and .skills-staging/ repaired and runs op once more.
+func (in *Installer) reopen(ctx context.Context, op func() error) error {
+	err := op()
+	var closed *workspace.ClosedError
+	if in.Repair == nil || !errors.Is(err, fs.ErrPermission) || errors.As(err, &closed) {
+		return err // a ClosedError was repaired and tried again already
+	}
+	for _, d := range []string{"skills", ".skills-staging"} {
+		if rerr := in.Repair.Repair(ctx, d); rerr != nil {
+			return &workspace.ClosedError{Path: d, Err: fmt.Errorf("%w (repair: %v)", err, rerr)}
+		}
+	}
+	if err = op(); errors.Is(err, fs.ErrPermission) {
+		return &workspace.ClosedError{Path: "skills", Err: err}
+	}
+	return err
+}
+
+// removeAll removes dir, a path under the workspace, repairing it first if
+// the tools closed something in it.
+func (in *Installer) removeAll(ctx context.Context, dir string) error {
+	return in.reopen(ctx, func() error { return os.RemoveAll(dir) })
 }
 
 func (in *Installer) record(name string) string { return filepath.Join(in.Records, name+".json") }
@@ -113,8 +144,18 @@ func (in *Installer) Marketplace(ctx context.Context) (marketplace.Index, error)
 	return idx, nil
 }
 
-// Install fetches and installs name at version ("" for the latest).
+// Install fetches and installs name at version ("" for the latest). It
+// installs over whatever is at skills/<name>, whatever the tools left there.
 func (in *Installer) Install(ctx context.Context, name, version string) (Installed, error) {
+	var got Installed
+	err := in.reopen(ctx, func() (err error) {
+		got, err = in.install(ctx, name, version)
+		return err
+	})
+	return got, err
+}
+
+func (in *Installer) install(ctx context.Context, name, version string) (Installed, error) {
 	if !marketplace.ValidName(name) || (version != "" && !marketplace.ValidVersion(version)) {
 		return Installed{}, fmt.Errorf("%w: malformed name or version", marketplace.ErrInvalid)
 	}
@@ -229,7 +270,9 @@ func (in *Installer) Install(ctx context.Context, name, version string) (Install
 	}
 	ok = true
 	if old != "" {
-		_ = os.RemoveAll(old)
+		// The new skill is in place: what the old one held, whatever the
+		// tools did to it, is only in the way now.
+		_ = in.removeAll(ctx, old)
 	}
 	return in.describe(name, m, nil), nil
 }
@@ -350,6 +393,12 @@ func (in *Installer) List() ([]Installed, error) {
 
 // Remove deletes an installed skill.
 func (in *Installer) Remove(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return in.reopen(ctx, func() error { return in.remove(ctx, name) })
+}
+
+func (in *Installer) remove(ctx context.Context, name string) error {
 	if !marketplace.ValidName(name) {
 		return ErrNotFound
 	}
@@ -370,7 +419,7 @@ func (in *Installer) Remove(name string) error {
 	if err := os.Remove(in.record(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove install record: %w", err)
 	}
-	return os.RemoveAll(trash)
+	return in.removeAll(ctx, trash)
 }
 
 // Hint is the server-built note for a prompt that starts with /name.

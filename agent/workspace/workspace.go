@@ -5,6 +5,7 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,9 +31,44 @@ var ErrQuota = errors.New("storage quota exceeded")
 // ErrNotFile is returned for reading a directory as a file.
 var ErrNotFile = errors.New("not a file")
 
+// ErrClosed is what a ClosedError is: the tools took a path's permissions
+// away and they could not be given back.
+var ErrClosed = errors.New("closed by the tools")
+
+// ClosedError is returned when an operation fails for want of permission
+// even after Repair: Path is the workspace path asked for, Err the cause.
+type ClosedError struct {
+	Path string
+	Err  error
+}
+
+func (e *ClosedError) Error() string {
+	return fmt.Sprintf("permission denied on %s, and the tool runner could not give it back", e.Path)
+}
+
+func (e *ClosedError) Unwrap() []error { return []error{ErrClosed, e.Err} }
+
+// Repairer gives the agent back what the model's tools closed: the tools
+// run under a uid of their own, which owns what they write, and may chmod
+// it so the agent's uid can neither read nor remove it. Repair makes rel
+// (relative to the workspace), everything under it and the directories on
+// the way to it readable and writable by the workspace's group again. It
+// must never leave the workspace nor follow a link, and must run nothing
+// the model chose; a path that does not exist is not an error.
+type Repairer interface {
+	Repair(ctx context.Context, rel string) error
+}
+
+// repairTimeout bounds one Repair the workspace asks for.
+const repairTimeout = 30 * time.Second
+
 // Workspace is a directory tree the agent may use.
 type Workspace struct {
 	Dir string
+	// Repair, if set, is asked to give back a path when an operation on it
+	// fails for want of permission, and the operation is tried once more.
+	// The owner's routes set it; the model's own tools do not need it.
+	Repair Repairer
 	// Quota caps the bytes of every file under Dir and Also together; 0 is
 	// no quota. Writes through Write are refused past it; the shell, which
 	// writes directly, is bounded per file by its RLIMIT_FSIZE and told
@@ -104,6 +140,25 @@ func confine(err error) error {
 	return err
 }
 
+// reopen runs op on the clean path p; if op fails for want of permission
+// and w.Repair is set, it asks for p to be repaired and runs op once more.
+// A permission error that remains is a *ClosedError.
+func (w Workspace) reopen(p string, op func() error) error {
+	err := op()
+	if w.Repair == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), repairTimeout)
+	defer cancel()
+	if rerr := w.Repair.Repair(ctx, p); rerr != nil {
+		return &ClosedError{Path: p, Err: fmt.Errorf("%w (repair: %v)", err, rerr)}
+	}
+	if err = op(); errors.Is(err, fs.ErrPermission) {
+		return &ClosedError{Path: p, Err: err}
+	}
+	return err
+}
+
 // FileInfo describes one workspace entry.
 type FileInfo struct {
 	Name     string    `json:"name"`
@@ -124,14 +179,18 @@ func (w Workspace) List(p string) ([]FileInfo, error) {
 		return nil, err
 	}
 	defer r.Close()
-	f, err := r.Open(p)
+	var ents []fs.DirEntry
+	err = w.reopen(p, func() error {
+		f, err := r.Open(p)
+		if err != nil {
+			return confine(err)
+		}
+		defer f.Close()
+		ents, err = f.ReadDir(-1)
+		return confine(err)
+	})
 	if err != nil {
-		return nil, confine(err)
-	}
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, confine(err)
+		return nil, err
 	}
 	out := []FileInfo{}
 	for _, e := range ents {
@@ -156,9 +215,13 @@ func (w Workspace) Read(p string, limit int64) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer r.Close()
-	f, err := r.Open(p)
+	var f *os.File
+	err = w.reopen(p, func() (err error) {
+		f, err = r.Open(p)
+		return confine(err)
+	})
 	if err != nil {
-		return nil, false, confine(err)
+		return nil, false, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -193,20 +256,25 @@ func (w Workspace) Write(p string, data io.Reader, limit int64) (int64, error) {
 		return 0, err
 	}
 	defer r.Close()
-	if dir := path.Dir(p); dir != "." {
-		if err := r.MkdirAll(dir, 0o775); err != nil {
-			return 0, confine(err)
-		}
-	}
-	if st, err := r.Lstat(p); err == nil && st.Mode()&fs.ModeSymlink != 0 {
-		return 0, fmt.Errorf("%w: %s is a symlink", ErrBadPath, p)
-	}
 	tmp := path.Join(path.Dir(p), "."+path.Base(p)+".tmp")
-	// Group-writable: the tools (another uid in the shared group) may change
-	// what the agent wrote for them; the umask decides on machines without one.
-	f, err := r.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o664)
+	var f *os.File
+	// Retried after a repair only up to here: nothing of data is read yet.
+	err = w.reopen(p, func() (err error) {
+		if dir := path.Dir(p); dir != "." {
+			if err := r.MkdirAll(dir, 0o775); err != nil {
+				return confine(err)
+			}
+		}
+		if st, err := r.Lstat(p); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%w: %s is a symlink", ErrBadPath, p)
+		}
+		// Group-writable: the tools (another uid in the shared group) may change
+		// what the agent wrote for them; the umask decides on machines without one.
+		f, err = r.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o664)
+		return confine(err)
+	})
 	if err != nil {
-		return 0, confine(err)
+		return 0, err
 	}
 	allowed, quotaBound := limit, false
 	if room, _ := w.Room(); room != math.MaxInt64 {
@@ -234,9 +302,9 @@ func (w Workspace) Write(p string, data io.Reader, limit int64) (int64, error) {
 		_ = r.Remove(tmp)
 		return 0, err
 	}
-	if err := r.Rename(tmp, p); err != nil {
+	if err := w.reopen(p, func() error { return confine(r.Rename(tmp, p)) }); err != nil {
 		_ = r.Remove(tmp)
-		return 0, confine(err)
+		return 0, err
 	}
 	return n, nil
 }
@@ -256,8 +324,10 @@ func (w Workspace) Delete(p string) error {
 		return err
 	}
 	defer r.Close()
-	if _, err := r.Lstat(p); err != nil {
-		return confine(err)
-	}
-	return confine(r.RemoveAll(p))
+	return w.reopen(p, func() error {
+		if _, err := r.Lstat(p); err != nil {
+			return confine(err)
+		}
+		return confine(r.RemoveAll(p))
+	})
 }
