@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,7 +97,9 @@ func agentHelper() {
 	// The model's shell, under the tools' uid.
 	out, code, err := shell.Run(ctx, `mkdir secret && echo x > secret/f && chmod 000 secret/f secret &&
 echo y > hidden && chmod 000 hidden &&
-mkdir open && echo z > open/g &&
+mkdir open && echo z > open/g && chmod 755 open &&
+mkdir sticky && echo s > sticky/s && chmod 1770 sticky &&
+ln -s ../outside link && ln -s ../outside/o linkfile &&
 mv skills/csv-summary skills/moved && mkdir skills/csv-summary && echo extra > skills/csv-summary/extra && chmod 000 skills/csv-summary/extra skills/csv-summary`, 10*time.Second)
 	if err != nil || code != 0 {
 		fail(fmt.Errorf("the tools' shell: %d %q %v", code, out, err))
@@ -129,6 +132,14 @@ mv skills/csv-summary skills/moved && mkdir skills/csv-summary && echo extra > s
 	got["delete open"] = result("", w.Delete("open"))
 	got["delete secret"] = result("", w.Delete("secret"))
 	got["delete hidden"] = result("", w.Delete("hidden"))
+	got["delete sticky"] = result("", w.Delete("sticky"))
+	// Links that leave the workspace are neither followed nor repaired.
+	got["list link"] = list("link")
+	got["read linkfile"] = read("linkfile")
+	got["repair link"] = result("", shell.Repair(ctx, "link"))
+	got["repair link/o"] = result("", shell.Repair(ctx, "link/o"))
+	got["repair linkfile"] = result("", shell.Repair(ctx, "linkfile"))
+	got["repair .."] = result("", shell.Repair(ctx, "../outside"))
 	s, err := in.Install(ctx, "csv-summary", "")
 	got["reinstall csv-summary"] = result(fmt.Sprint(s.OK), err)
 	if err := json.NewEncoder(os.Stdout).Encode(got); err != nil {
@@ -166,6 +177,13 @@ func TestOwnerReachesWhatTheToolsClosed(t *testing.T) {
 	if err := copyFile(os.Args[0], self); err != nil {
 		t.Fatal(err)
 	}
+	// Outside the workspace, something the tools' uid owns and closed.
+	outside := filepath.Join(base, "outside")
+	os.Mkdir(outside, 0o700)
+	os.WriteFile(filepath.Join(outside, "o"), []byte("o"), 0o600)
+	for _, p := range []string{outside, filepath.Join(outside, "o")} {
+		os.Chown(p, privsep.ToolsUID, privsep.ToolsUID)
+	}
 	cmd := exec.Command(self, "-test.run=^$")
 	cmd.Env = []string{"AFFIDO_PRIVSEP_TEST_ROLE=agent", "AFFIDO_TEST_WS=" + ws, "AFFIDO_TEST_DATA=" + data, "AFFIDO_TEST_MARKET=" + market}
 	cmd.Stderr = os.Stderr
@@ -186,6 +204,10 @@ func TestOwnerReachesWhatTheToolsClosed(t *testing.T) {
 		"delete open":           "",
 		"delete secret":         "",
 		"delete hidden":         "",
+		"delete sticky":         "",
+		"repair link":           "",
+		"repair link/o":         "",
+		"repair linkfile":       "",
 		"reinstall csv-summary": "true",
 	}
 	if g := got["list secret without repair"]; !strings.Contains(g.Err, "permission denied") {
@@ -196,7 +218,17 @@ func TestOwnerReachesWhatTheToolsClosed(t *testing.T) {
 			t.Errorf("%s: %q, error %q; want %q", op, g.Body, g.Err, body)
 		}
 	}
-	for _, gone := range []string{"secret", "hidden", "open"} {
+	for op, want := range map[string]string{"list link": "outside the workspace", "read linkfile": "outside the workspace", "repair ..": "not a path inside"} {
+		if g := got[op]; !strings.Contains(g.Err, want) {
+			t.Errorf("%s: %+v, want an error saying %q", op, g, want)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{outside: fs.ModeDir | 0o700, filepath.Join(outside, "o"): 0o600} {
+		if st, err := os.Stat(p); err != nil || st.Mode() != mode {
+			t.Errorf("outside the workspace, %s became %v (%v)", filepath.Base(p), st.Mode(), err)
+		}
+	}
+	for _, gone := range []string{"secret", "hidden", "open", "sticky"} {
 		if _, err := os.Lstat(filepath.Join(ws, gone)); err == nil {
 			t.Errorf("%s is still there", gone)
 		}

@@ -80,8 +80,11 @@ func problemOf(err error) *problem.Error {
 	switch {
 	case errors.As(err, &p):
 		return p
+	case errors.As(err, &closed) && closed.RepairErr != nil:
+		return problem.New(http.StatusServiceUnavailable, "repair-failed", closed.Error()+"; try again").
+			Because(fmt.Errorf("%w: %w; repair: %w", closed, closed.Err, closed.RepairErr))
 	case errors.As(err, &closed):
-		return problem.New(http.StatusConflict, "closed-by-tools", closed.Error()).Because(closed.Err)
+		return problem.New(http.StatusConflict, "closed-by-tools", closed.Error()).Because(err)
 	case errors.As(err, &busy):
 		return problem.New(http.StatusConflict, "busy", busy.Why)
 	case errors.Is(err, host.ErrClosedMeanwhile):

@@ -64,7 +64,7 @@ func (in *Installer) reopen(ctx context.Context, op func() error) error {
 	}
 	for _, d := range []string{"skills", ".skills-staging"} {
 		if rerr := in.Repair.Repair(ctx, d); rerr != nil {
-			return &workspace.ClosedError{Path: d, Err: fmt.Errorf("%w (repair: %v)", err, rerr)}
+			return &workspace.ClosedError{Path: d, Err: err, RepairErr: rerr}
 		}
 	}
 	if err = op(); errors.Is(err, fs.ErrPermission) {

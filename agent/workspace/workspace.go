@@ -36,17 +36,23 @@ var ErrNotFile = errors.New("not a file")
 var ErrClosed = errors.New("closed by the tools")
 
 // ClosedError is returned when an operation fails for want of permission
-// even after Repair: Path is the workspace path asked for, Err the cause.
+// and Repair could not help: Path is the workspace path asked for, Err the
+// operation's error and RepairErr, if Repair itself failed (the runner
+// gone or out of time), its error.
 type ClosedError struct {
-	Path string
-	Err  error
+	Path      string
+	Err       error
+	RepairErr error
 }
 
 func (e *ClosedError) Error() string {
-	return fmt.Sprintf("permission denied on %s, and the tool runner could not give it back", e.Path)
+	if e.RepairErr != nil {
+		return fmt.Sprintf("permission denied on %s, and the tool runner failed to give it back", e.Path)
+	}
+	return fmt.Sprintf("permission denied on %s, even after the tool runner gave back what it owns", e.Path)
 }
 
-func (e *ClosedError) Unwrap() []error { return []error{ErrClosed, e.Err} }
+func (e *ClosedError) Unwrap() []error { return []error{ErrClosed, e.Err, e.RepairErr} }
 
 // Repairer gives the agent back what the model's tools closed: the tools
 // run under a uid of their own, which owns what they write, and may chmod
@@ -151,7 +157,7 @@ func (w Workspace) reopen(p string, op func() error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), repairTimeout)
 	defer cancel()
 	if rerr := w.Repair.Repair(ctx, p); rerr != nil {
-		return &ClosedError{Path: p, Err: fmt.Errorf("%w (repair: %v)", err, rerr)}
+		return &ClosedError{Path: p, Err: err, RepairErr: rerr}
 	}
 	if err = op(); errors.Is(err, fs.ErrPermission) {
 		return &ClosedError{Path: p, Err: err}

@@ -1,10 +1,13 @@
 package workspace
 
 import (
+	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -35,5 +38,63 @@ func TestWriteRespectsTheQuota(t *testing.T) {
 	}
 	if room, used := w.Room(); used != 1000 || room != 0 {
 		t.Fatalf("room %d used %d", room, used)
+	}
+}
+
+// fakeRepairer records the paths it is asked to repair and fails if told to.
+type fakeRepairer struct {
+	asked []string
+	err   error
+}
+
+func (f *fakeRepairer) Repair(_ context.Context, rel string) error {
+	f.asked = append(f.asked, rel)
+	return f.err
+}
+
+// An operation refused for want of permission is tried once more after
+// the path is repaired; one still refused, or whose repair failed, is a
+// ClosedError naming the path; other errors are never repaired. (The real
+// uids are tried in agent/privsep's TestOwnerReachesWhatTheToolsClosed;
+// this holds as root, which permissions do not stop.)
+func TestPermissionErrorsAreRepairedOnce(t *testing.T) {
+	denied := &fs.PathError{Op: "openat", Path: "secret", Err: syscall.EACCES}
+	cases := []struct {
+		name      string
+		errs      []error // what the operation returns, call by call
+		repairErr error
+		calls     int
+		asked     int
+		closed    bool
+	}{
+		{"repaired", []error{denied, nil}, nil, 2, 1, false},
+		{"still closed", []error{denied, denied}, nil, 2, 1, true},
+		{"the repair failed", []error{denied, nil}, errors.New("the tool runner is gone"), 1, 1, true},
+		{"sticky: not permitted", []error{&fs.PathError{Op: "unlinkat", Path: "s", Err: syscall.EPERM}, nil}, nil, 2, 1, false},
+		{"not found is not repaired", []error{fs.ErrNotExist}, nil, 1, 0, false},
+		{"fine", []error{nil}, nil, 1, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := &fakeRepairer{err: c.repairErr}
+			w := Workspace{Dir: t.TempDir(), Repair: rep}
+			calls := 0
+			err := w.reopen("secret", func() error {
+				calls++
+				return c.errs[calls-1]
+			})
+			var closed *ClosedError
+			if calls != c.calls || len(rep.asked) != c.asked || errors.As(err, &closed) != c.closed {
+				t.Fatalf("%d calls, repairs %v, error %v", calls, rep.asked, err)
+			}
+			if c.closed && (closed.Path != "secret" || !errors.Is(err, ErrClosed) || strings.Contains(err.Error(), w.Dir)) {
+				t.Fatalf("closed error %q (path %q)", err, closed.Path)
+			}
+		})
+	}
+	// Without a repairer, nothing changes.
+	w := Workspace{Dir: t.TempDir()}
+	if err := w.reopen("secret", func() error { return denied }); err != denied {
+		t.Fatalf("without a repairer: %v", err)
 	}
 }
