@@ -360,3 +360,61 @@ func TestGatewayFromInsideTheSandbox(t *testing.T) {
 		t.Errorf("case-variant model key: %s", out)
 	}
 }
+
+// The model's shell hides what it wrote from the owner: a directory and the
+// file in it, a file, the directory an upload goes to (chmod 000), a sticky
+// directory, and a skill's directory it replaced with a closed one. The
+// agent's uid is shut out, yet the owner lists, reads, uploads into and
+// deletes them through the API, and reinstalls the skill (the tool runner
+// gives back what the tools' uid owns, agent/runner repair).
+func TestAttackToolsCannotHideFilesFromTheOwner(t *testing.T) {
+	user, tok := newUser(t, "atk-hide")
+	keepAwake(t, user, tok)
+	if r := post(t, user, tok, "/skills/install", `{"name":"csv-summary"}`); r.Code != 201 {
+		t.Fatalf("install: %d %s", r.Code, r.Body)
+	}
+	r := shellReply(t, user, tok, "mkdir -p secret uploads/closed && echo x > secret/f && echo y > hidden && "+
+		"mkdir sticky && echo s > sticky/s && chmod 1770 sticky && "+
+		"mv skills/csv-summary skills/moved && mkdir skills/csv-summary && echo extra > skills/csv-summary/extra && "+
+		"chmod 000 secret/f secret hidden uploads/closed skills/csv-summary/extra skills/csv-summary && echo hidden-done")
+	if !strings.Contains(r, "hidden-done") {
+		t.Fatalf("the shell did not hide its files: %q", r)
+	}
+	if out, err := inAgentAs(t, user, tok, "agent", "ls", "/workspace/secret"); err == nil {
+		t.Fatalf("the agent's uid still lists secret (%q): the attack tries nothing", out)
+	}
+	if r := mustGet(t, user, tok, "/files?path=secret"); !strings.Contains(r.Body, `"name":"f"`) {
+		t.Errorf("listing secret: %s", r.Body)
+	}
+	for p, want := range map[string]string{"secret/f": "x\n", "hidden": "y\n"} {
+		if r := mustGet(t, user, tok, "/file?path="+p); r.Body != want {
+			t.Errorf("reading %s: %q", p, r.Body)
+		}
+	}
+	req, _ := http.NewRequest("PUT", baseURL+"/u/"+user+"/uploads/closed/new.txt", strings.NewReader("new"))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Errorf("upload into a closed directory: %d", resp.StatusCode)
+	}
+	for _, p := range []string{"secret", "hidden", "sticky", "uploads/closed"} {
+		if r := request(t, "DELETE", "/u/"+user+"/files?path="+p, bearer(tok)); r.Code != 200 {
+			t.Errorf("deleting %s: %d %s", p, r.Code, r.Body)
+		}
+	}
+	if r := mustGet(t, user, tok, "/files"); strings.Contains(r.Body, `"name":"secret"`) || strings.Contains(r.Body, `"name":"hidden"`) || strings.Contains(r.Body, `"name":"sticky"`) {
+		t.Errorf("still listed after deleting: %s", r.Body)
+	}
+	if r := post(t, user, tok, "/skills/install", `{"name":"csv-summary"}`); r.Code != 201 {
+		t.Fatalf("reinstall over the tampered directory: %d %s", r.Code, r.Body)
+	}
+	for _, s := range skillsOf(t, user, tok) {
+		if s.Name == "csv-summary" && !s.OK {
+			t.Errorf("csv-summary after the reinstall: %+v", s)
+		}
+	}
+}
