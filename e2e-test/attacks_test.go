@@ -92,12 +92,18 @@ func TestAttackNoProcessOutlivesItsToolCall(t *testing.T) {
 // a read-only directory with a file in it.
 func TestAttackShmKeepsNothingBetweenCalls(t *testing.T) {
 	user, tok := newUser(t, "atk-shm")
-	r := shellReply(t, user, tok, `echo x > /dev/shm/a; echo y > /dev/shm/.h; mkdir -p /dev/shm/d; echo z > /dev/shm/d/f; chmod 500 /dev/shm/d; ls -A /dev/shm | wc -l; df -k /dev/shm | tail -1`)
+	r := shellReply(t, user, tok, `echo x > /dev/shm/a; echo y > /dev/shm/.h; mkdir -p /dev/shm/d; echo z > /dev/shm/d/f; chmod 500 /dev/shm/d; ls -A /dev/shm | wc -l; cat /proc/mounts`)
 	if !strings.Contains(r, "\n3\n") {
 		t.Fatalf("writing to /dev/shm: %q", r)
 	}
-	if f := strings.Fields(r[strings.LastIndex(r, "\n3\n")+3:]); len(f) < 2 || f[1] != "8192" {
-		t.Errorf("/dev/shm is not 8 MiB: %q", r)
+	shm := ""
+	for _, line := range strings.Split(r, "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[1] == "/dev/shm" {
+			shm = f[3]
+		}
+	}
+	if !strings.Contains(shm, "size=8192k") {
+		t.Errorf("/dev/shm is mounted with %q, want size=8192k", shm)
 	}
 	if r := shellReply(t, user, tok, "ls -A /dev/shm | wc -l"); !strings.Contains(r, "\n0") {
 		t.Fatalf("the next call finds /dev/shm holding: %q", r)
