@@ -28,26 +28,17 @@ import (
 func TestManagerMakesOnlyTheAgentsShape(t *testing.T) {
 	cfg, cs := apiServer(t)
 	ns := namespace(t, cs, "baseline")
-	var objs, cluster []*unstructured.Unstructured
-	for _, o := range manifests(t) {
-		switch o.GetKind() {
-		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
-			cluster = append(cluster, o)
-		case "ServiceAccount", "Role", "RoleBinding":
-			o.SetNamespace(ns)
-			if subjects, ok := o.Object["subjects"].([]any); ok {
-				for _, sub := range subjects {
-					sub.(map[string]any)["namespace"] = ns
-				}
-			}
-			objs = append(objs, o)
-		}
-	}
+	all := manifests(t)
+	cluster := pick(all, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "ValidatingAdmissionPolicyBinding"
+	})
 	if len(cluster) != 2 {
 		t.Fatalf("the manifests hold %d admission objects, want the policy and its binding", len(cluster))
 	}
 	apply(t, cfg, cluster, false)
-	apply(t, cfg, objs, false)
+	apply(t, cfg, placeIn(pick(all, func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ServiceAccount" || o.GetKind() == "Role" || o.GetKind() == "RoleBinding"
+	}), ns), false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// The control plane's own Pod, made by the operator (not the manager).

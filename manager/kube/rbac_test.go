@@ -26,21 +26,11 @@ func TestManagerRoleSuffices(t *testing.T) {
 	// The manifests' service account, Role, binding and gateway Service,
 	// made for real in a namespace of this test's own.
 	ns := namespace(t, cs, "baseline")
-	var objs []*unstructured.Unstructured
-	for _, o := range manifests(t) {
-		switch {
-		case o.GetKind() == "ServiceAccount", o.GetKind() == "Role", o.GetKind() == "RoleBinding",
-			o.GetKind() == "Service" && o.GetName() == "affido-gateway":
-			o.SetNamespace(ns)
-			if subjects, ok := o.Object["subjects"].([]any); ok {
-				for _, sub := range subjects {
-					sub.(map[string]any)["namespace"] = ns
-				}
-			}
-			objs = append(objs, o)
-		}
-	}
-	apply(t, cfg, objs, false)
+	objs := pick(manifests(t), func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ServiceAccount" || o.GetKind() == "Role" || o.GetKind() == "RoleBinding" ||
+			o.GetKind() == "Service" && o.GetName() == "affido-gateway"
+	})
+	apply(t, cfg, placeIn(objs, ns), false)
 	as := rest.CopyConfig(cfg)
 	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":affido-manager"}
 	mcs := kubernetes.NewForConfigOrDie(as)
@@ -95,4 +85,17 @@ func TestManagerRoleSuffices(t *testing.T) {
 	if _, err := eng.Inspect(ctx, n); !errors.Is(err, lifecycle.ErrNotFound) {
 		t.Fatalf("after RemoveAll: %v", err)
 	}
+}
+
+// placeIn moves objs (and the subjects of a binding) into namespace ns.
+func placeIn(objs []*unstructured.Unstructured, ns string) []*unstructured.Unstructured {
+	for _, o := range objs {
+		o.SetNamespace(ns)
+		if subjects, ok := o.Object["subjects"].([]any); ok {
+			for _, sub := range subjects {
+				sub.(map[string]any)["namespace"] = ns
+			}
+		}
+	}
+	return objs
 }
