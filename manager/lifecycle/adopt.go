@@ -30,6 +30,16 @@ func (m *Manager) Adopt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// What this manager's pool held ready before the reads. Any other entry
+	// is a build of this manager's, begun before or during the reads: its
+	// outcome is its own to record (ready, or retired on failure), whatever
+	// the reads saw of it.
+	m.mu.Lock()
+	readyBefore := make(map[string]bool, len(m.pool))
+	for name, pb := range m.pool {
+		readyBefore[name] = !pb.building
+	}
+	m.mu.Unlock()
 	// The pool first: a claim moves a row from the pool to the users', so
 	// one of the two reads sees every sandbox, and none is taken for an
 	// orphan while it is claimed.
@@ -56,17 +66,13 @@ func (m *Manager) Adopt(ctx context.Context) error {
 	// The ready pool is what the registry holds now (another manager may
 	// have claimed some), plus what this manager is building.
 	ready := map[string]*poolBox{}
-	built := map[string]bool{} // being built by this manager when looked at
 	var retire []string
 	for _, p := range pools {
 		m.mu.Lock()
 		pb := m.pool[p.Name]
-		building := pb != nil && pb.building
+		ours := pb != nil && (pb.building || !readyBefore[p.Name]) // a build of this manager's
 		m.mu.Unlock()
-		if building {
-			built[p.Name] = true
-		}
-		if known[p.Name] || building { // claimed between the two reads (a user's now), or being built
+		if known[p.Name] || ours { // claimed between the two reads (a user's now), or ours to finish
 			known[p.Name] = true
 			continue
 		}
@@ -80,9 +86,9 @@ func (m *Manager) Adopt(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	for name, pb := range m.pool {
-		// Still building, or built since it was looked at above (a build
-		// that failed has left m.pool).
-		if pb.building || built[name] {
+		// A build of this manager's (still going, or done since it was
+		// looked at; a build that failed has left m.pool).
+		if pb.building || !readyBefore[name] {
 			ready[name] = pb
 		}
 	}

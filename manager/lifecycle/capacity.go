@@ -7,9 +7,14 @@ import (
 )
 
 // opWait is how long making room waits for a step under way on a sandbox
-// it could put to sleep (a look takes milliseconds; a bring-up or a pause
-// longer, and that sandbox is passed over).
-const opWait = time.Second
+// it could put to sleep (a look takes milliseconds; a bring-up longer, and
+// that sandbox is passed over). goingWait is how long it waits for one that
+// is going down already (its agent has 3 s to answer, then the pause): that
+// slot is about to be free.
+const (
+	opWait    = time.Second
+	goingWait = 5 * time.Second
+)
 
 // SetMaxRunning changes how many sandboxes may run at once (0: unlimited).
 func (m *Manager) SetMaxRunning(n int) {
@@ -50,17 +55,30 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 			m.mu.Unlock()
 			return nil
 		}
+		// Sandboxes going down already first (their slot is about to be
+		// free), then the running ones, least recently active first.
 		var running []*box
+		going := map[*box]bool{}
 		for _, o := range m.boxes {
-			if o != b && o.state.up() {
+			if o != b && (o.state.up() || o.state == Pausing) {
 				running = append(running, o)
+				going[o] = o.state == Pausing
 			}
 		}
-		sort.Slice(running, func(i, j int) bool { return running[i].lastActive.Before(running[j].lastActive) })
+		sort.Slice(running, func(i, j int) bool {
+			if going[running[i]] != going[running[j]] {
+				return going[running[i]]
+			}
+			return running[i].lastActive.Before(running[j].lastActive)
+		})
 		m.mu.Unlock()
 		freed := false
 		for _, o := range running {
-			if !o.op.lockWithin(ctx, opWait) { // busy with a longer step of its own
+			wait := opWait
+			if going[o] {
+				wait = goingWait
+			}
+			if !o.op.lockWithin(ctx, wait) { // busy with a longer step of its own
 				continue
 			}
 			ok, err := m.goDown(ctx, o, Paused, causeCapacity)

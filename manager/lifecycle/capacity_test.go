@@ -138,3 +138,30 @@ func TestWakeAtTheStoredDeadline(t *testing.T) {
 		t.Fatal("woken but not running")
 	}
 }
+
+// A sandbox already going down holds a slot until its pause ends: a
+// newcomer at capacity waits for it instead of getting ErrCapacity (seen
+// under load: the idle tier was pausing a sandbox whose agent was slow to
+// answer, and the newcomer got 429 though the slot was about to be free).
+func TestRoomIsWaitedForWhileASandboxGoesDown(t *testing.T) {
+	r := newRig(t, Config{MaxRunning: 1, Tiers: Tiers{Pause: time.Minute}})
+	r.run()
+	r.mustResolve("a")
+	gate := make(chan struct{})
+	r.agents.SetIdleGate(gate)
+	r.clock.Add(2 * time.Minute)
+	r.eventually("a going down, its agent slow to answer", func() bool { return r.state("a") == Pausing })
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.resolve("b")
+		done <- err
+	}()
+	r.eventually("b's bring-up under way", func() bool { _, ok := r.reg.Row("b"); return ok })
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatalf("b while a went down: %v", err)
+	}
+	if r.state("a") != Paused || r.state("b") != Running {
+		t.Fatalf("a %s, b %s", r.state("a"), r.state("b"))
+	}
+}

@@ -26,6 +26,16 @@ type Agents struct {
 	dueFor map[string]*time.Time // the same, by the claimed user, for agents not yet up
 	claims int
 	wakes  map[string]int
+	// idleGate, when set, holds every PrepareIdle until it is closed (or
+	// the caller gives up): an agent slow to answer a pause.
+	idleGate chan struct{}
+}
+
+// SetIdleGate makes PrepareIdle wait until gate is closed (nil: answer at once).
+func (a *Agents) SetIdleGate(gate chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.idleGate = gate
 }
 
 // NewAgents returns fake agents located by locate.
@@ -74,6 +84,16 @@ func (a *Agents) PrepareIdle(ctx context.Context, ep netip.AddrPort) (bool, *tim
 	k, err := a.at(ep)
 	if err != nil {
 		return false, nil, err
+	}
+	a.mu.Lock()
+	gate := a.idleGate
+	a.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return false, nil, ctx.Err()
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
