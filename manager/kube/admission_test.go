@@ -50,6 +50,8 @@ func TestManagerMakesOnlyTheAgentsShape(t *testing.T) {
 	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":affido-manager"}
 	mcs := kubernetes.NewForConfigOrDie(as)
 	managed := map[string]string{lifecycle.LabelManaged: "true"}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 
 	secretVolume := pod("steal-secret", managed)
 	secretVolume.Spec.Volumes = []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "affido-caller"}}}}
@@ -69,7 +71,8 @@ func TestManagerMakesOnlyTheAgentsShape(t *testing.T) {
 		{otherAccount, "default service account"},
 		{unlabelled, "labelled affido.managed=true"},
 	} {
-		// The policy is compiled and bound in the background: wait for it.
+		// The policy is compiled and bound in the background: ask again
+		// on every tick until it refuses, or the deadline.
 		for {
 			_, err := mcs.CoreV1().Pods(ns).Create(ctx, c.p, metav1.CreateOptions{})
 			if err != nil && strings.Contains(err.Error(), c.want) {
@@ -78,10 +81,11 @@ func TestManagerMakesOnlyTheAgentsShape(t *testing.T) {
 			if err == nil {
 				_ = cs.CoreV1().Pods(ns).Delete(ctx, c.p.Name, metav1.DeleteOptions{})
 			}
-			if ctx.Err() != nil {
+			select {
+			case <-ctx.Done():
 				t.Fatalf("pod %s: the last answer was %v, want a refusal saying %q", c.p.Name, err, c.want)
+			case <-tick.C:
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	if err := mcs.CoreV1().Pods(ns).Delete(ctx, "caddy", metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), "affido.managed=true") {
