@@ -118,6 +118,18 @@ func count(t *testing.T, ctx context.Context, expr string) int {
 	return n
 }
 
+// evalString evaluates a JavaScript string in the page.
+func evalString(t *testing.T, ctx context.Context, expr string) string {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(tctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("evaluate %.60s: %v", expr, err)
+	}
+	return s
+}
+
 // cardsWith is the number of timeline cards whose text contains s.
 func cardsWith(s string) string {
 	return fmt.Sprintf(`[...document.querySelectorAll('#timeline > li')].filter(li => li.textContent.includes(%q)).length`, s)
@@ -145,8 +157,9 @@ func screenshots(t *testing.T, ctx context.Context, name string) {
 			emulate = chromedp.EmulateViewport(v.w, v.h, chromedp.EmulateMobile)
 		}
 		run(t, ctx, "viewport "+v.label, emulate)
-		if over := count(t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); over > 1 {
-			t.Errorf("%s at %s width: the page is %d px wider than the screen", name, v.label, over)
+		bad := evalString(t, ctx, outside)
+		if bad != "[]" {
+			t.Errorf("%s at %s width: elements past the viewport: %s", name, v.label, bad)
 		}
 		tctx, cancel := context.WithTimeout(ctx, time.Minute)
 		buf, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)) // 100: PNG

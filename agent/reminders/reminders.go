@@ -217,8 +217,12 @@ func Pending(ctx context.Context, s *durable.Store) ([]Reminder, error) {
 	return out, nil
 }
 
-// ErrNoReminder is returned by Cancel for an id that is no pending reminder.
+// ErrNoReminder is returned by Cancel for an id that is no reminder.
 var ErrNoReminder = errors.New("no such pending reminder")
+
+// ErrReminderDone is returned by Cancel for a reminder that has already
+// fired (or was cancelled): there is nothing left to cancel.
+var ErrReminderDone = errors.New("the reminder has already fired or was cancelled")
 
 // Cancel reads reminder id's task and returns it as read, ended as
 // cancelled (to commit), and its text; ErrNoReminder when there is no such
@@ -238,8 +242,11 @@ func Cancel(ctx context.Context, s *durable.Store, id int64, now time.Time) (rea
 // text; ErrNoReminder when t is no pending reminder.
 func Cancelled(t durable.Task, now time.Time) (durable.Task, string, error) {
 	var cp checkpoint
-	if t.Kind != Kind || t.State != durable.Sleeping || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Phase != "wait" {
+	if t.Kind != Kind || json.Unmarshal(t.Checkpoint, &cp) != nil || !strings.HasPrefix(cp.Key, "reminder-") {
 		return durable.Task{}, "", fmt.Errorf("reminder %d: %w", t.ID, ErrNoReminder)
+	}
+	if t.State != durable.Sleeping || cp.Phase != "wait" {
+		return durable.Task{}, "", fmt.Errorf("reminder %d: %w", t.ID, ErrReminderDone)
 	}
 	t.State, t.Outcome, t.Error, t.Deadline, t.EndedAt = durable.Terminal, durable.Aborted, "cancelled", nil, &now
 	return t, cp.Text, nil
@@ -255,8 +262,10 @@ func newKey(prefix string) string {
 
 // Notice returns a task that hands one notification to the gateway, with
 // the same stored retries as a reminder's (for an approval waiting on the
-// owner, for example). Its key is random, so it is delivered once.
-func Notice(text string, at time.Time) durable.Task {
-	raw, _ := json.Marshal(checkpoint{Key: newKey("notice"), Text: text, Due: at, Phase: "notify"})
+// owner, for example). Its key is kind and a random part, so it is
+// delivered once and the manager can tell what it is (its live stream
+// says "approval" for keys "approval-…").
+func Notice(kind, text string, at time.Time) durable.Task {
+	raw, _ := json.Marshal(checkpoint{Key: newKey(kind), Text: text, Due: at, Phase: "notify"})
 	return durable.Task{Kind: Kind, State: durable.Pending, Checkpoint: raw, Background: true}
 }

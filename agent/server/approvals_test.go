@@ -413,8 +413,13 @@ func TestHousekeepingRoutes(t *testing.T) {
 	if code, _ := a.do("POST", "/reminders/"+id+"/cancel", ""); code != 200 {
 		t.Fatalf("cancel: %d", code)
 	}
-	if code, _ := a.do("POST", "/reminders/"+id+"/cancel", ""); code != 404 {
-		t.Fatalf("cancel twice: %d", code)
+	// A reminder no longer waiting (cancelled, or fired) cannot be
+	// cancelled: 409 says so; an id that is no reminder at all is a 404.
+	if code, m := a.do("POST", "/reminders/"+id+"/cancel", ""); code != 409 || !strings.Contains(fmt.Sprint(m["detail"]), "already fired or was cancelled") {
+		t.Fatalf("cancel twice: %d %v", code, m)
+	}
+	if code, _ := a.do("POST", "/reminders/999999/cancel", ""); code != 404 {
+		t.Fatalf("cancel an unknown reminder: %d", code)
 	}
 	if _, list := a.do("GET", "/reminders", ""); len(list["reminders"].([]any)) != 0 {
 		t.Fatalf("after cancel: %v", list)

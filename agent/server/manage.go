@@ -84,6 +84,8 @@ func (s *Server) reminderCancel(w http.ResponseWriter, r *http.Request) error {
 		return &c, err
 	})
 	switch {
+	case errors.Is(err, reminders.ErrReminderDone):
+		return problem.New(http.StatusConflict, "reminder-done", fmt.Sprintf("reminder %d: %v", id, reminders.ErrReminderDone))
 	case errors.Is(err, reminders.ErrNoReminder) || errors.Is(err, durable.ErrNotFound):
 		return problem.New(http.StatusNotFound, "unknown-reminder", fmt.Sprintf("reminder %d: %v", id, reminders.ErrNoReminder))
 	case err != nil:

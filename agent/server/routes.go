@@ -327,6 +327,7 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	s.titleFromPrompt(r.Context(), h, conv, req.Text)
 	if req.Wait != nil && !*req.Wait {
 		writeJSON(w, http.StatusAccepted, map[string]any{"run_id": sub.TaskID, "submission_id": sub.ID, "conversation_id": conv, "status": sub.Status})
 		return nil
@@ -338,6 +339,37 @@ func (s *Server) prompt(w http.ResponseWriter, r *http.Request) error {
 		return problem.New(http.StatusGatewayTimeout, "still-running", fmt.Sprintf("run %d is still going; see GET /inspect", sub.TaskID))
 	}
 	return s.writeRun(w, r, rt, sub, nil)
+}
+
+// titleMax is the length, in characters, of a title made from a prompt.
+const titleMax = 60
+
+// titleFromPrompt names an untitled conversation after its first prompt
+// (its first line, cut at a word within titleMax characters). A title the
+// owner gave is never replaced; a failure here only leaves it untitled.
+func (s *Server) titleFromPrompt(ctx context.Context, h *durable.Harness, conv int64, text string) {
+	c, err := h.Store().Conversation(ctx, conv)
+	if err != nil || c.Title != "" {
+		return
+	}
+	if err := h.Store().RenameConversation(ctx, conv, promptTitle(text)); err != nil {
+		s.cfg.Log.Warn("title from the first prompt", "conversation", conv, "err", err)
+	}
+}
+
+// promptTitle is the title a prompt gives its conversation.
+func promptTitle(text string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+	line = strings.Join(strings.Fields(line), " ")
+	runes := []rune(line)
+	if len(runes) <= titleMax {
+		return line
+	}
+	cut := string(runes[:titleMax])
+	if i := strings.LastIndex(cut, " "); i > len(cut)/2 {
+		cut = cut[:i]
+	}
+	return strings.TrimRight(cut, " ,.;:") + "…"
 }
 
 // writeRun answers with a submission that is finished, or waits for the

@@ -33,6 +33,7 @@ func (s *Server) ownerRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/sandbox/resume", s.serve(s.resume))
 	mux.HandleFunc("GET /api/notify", s.ownerRead(s.notifyURL))
 	mux.HandleFunc("PUT /api/notify", s.serve(s.setNotifyURL))
+	mux.HandleFunc("GET /api/events", s.serve(s.liveEvents))
 }
 
 func (s *Server) activity(r *http.Request, user string) (any, error) {

@@ -73,6 +73,7 @@ type Server struct {
 
 	authGuard        authGuard
 	resolveObservers sync.Map // result -> prometheus.Observer
+	live             liveHub
 	signInState
 }
 
@@ -500,6 +501,9 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s.Kick != nil {
 		s.Kick()
+	}
+	if created {
+		s.live.publish(user, LiveNotice{Kind: noticeKind(body.Key), Text: body.Text, At: time.Now().UTC()})
 	}
 	writeJSONStatus(w, http.StatusAccepted, gatewayapi.Queued{Key: body.Key, Queued: created})
 	return nil

@@ -67,9 +67,13 @@ func (s *Server) spendLimitReached(user string) {
 	defer cancel()
 	day := time.Now().UTC().Format("2006-01-02")
 	text := fmt.Sprintf("Your agent stopped: its spend limit was reached on %s. Raise today's limit once with POST /api/spend/another-day.", day)
-	if _, err := s.Notifications.EnqueueNotification(ctx, user, "spend-limit-"+day, text, nil, 1<<30); err != nil {
+	created, err := s.Notifications.EnqueueNotification(ctx, user, "spend-limit-"+day, text, nil, 1<<30)
+	if err != nil {
 		s.Log.Warn("spend limit: owner not notified", "user", user, "err", err)
 		return
+	}
+	if created {
+		s.live.publish(user, LiveNotice{Kind: "spend", Text: text, At: time.Now().UTC()})
 	}
 	if s.Kick != nil {
 		s.Kick()

@@ -7,14 +7,19 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/rand"
+	"crypto/sha256"
 	"embed"
 	"encoding/base64"
 	"errors"
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
+	"path"
 	"strings"
 )
 
@@ -26,7 +31,7 @@ var pages = template.Must(template.ParseFS(files, "templates/*.html"))
 // CSP is the Content-Security-Policy of the client's static files: from
 // this origin only, no inline script, no framing.
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
-	"font-src 'self'; manifest-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+	"font-src 'self'; manifest-src 'self'; worker-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // pageCSP is a page's policy: only the module the page names with this
 // request's nonce runs, and what it imports ('strict-dynamic'); a script
@@ -56,14 +61,17 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET /app/{$}", h.app)
 	mux.HandleFunc("GET /app/sign-in", h.signIn)
-	static, _ := fs.Sub(files, "static")
-	fileServer := http.StripPrefix("/app/static/", http.FileServerFS(static))
-	mux.Handle("GET /app/static/", secure(fileServer))
-	mux.Handle("GET /app/manifest.webmanifest", secure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/manifest+json")
-		b, _ := files.ReadFile("static/manifest.webmanifest")
-		_, _ = w.Write(b)
-	})))
+	mux.HandleFunc("GET /app/static/{name}", func(w http.ResponseWriter, r *http.Request) {
+		serveStatic(w, r, r.PathValue("name"))
+	})
+	mux.HandleFunc("GET /app/manifest.webmanifest", func(w http.ResponseWriter, r *http.Request) {
+		serveStatic(w, r, "manifest.webmanifest")
+	})
+	// The service worker is served from /app/ so that its scope is the
+	// whole client.
+	mux.HandleFunc("GET /app/sw.js", func(w http.ResponseWriter, r *http.Request) {
+		serveStatic(w, r, "sw.js")
+	})
 }
 
 // headers sets what every response of the web client carries.
@@ -74,16 +82,88 @@ func headers(w http.ResponseWriter) {
 	w.Header().Set("X-Frame-Options", "DENY")
 }
 
-// secure serves static files with the client's headers.
-func secure(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		headers(w)
-		if strings.HasSuffix(r.URL.Path, ".js") {
-			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+// modules are the client's modules main.js imports, preloaded by the page
+// so the browser fetches them at once, not one import after another.
+var modules = func() []string {
+	var m []string
+	entries, _ := fs.ReadDir(files, "static")
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasSuffix(n, ".js") && n != "main.js" && n != "sign-in.js" && n != "sw.js" {
+			m = append(m, n)
 		}
-		w.Header().Set("Cache-Control", "no-cache")
-		next.ServeHTTP(w, r)
-	})
+	}
+	return m
+}()
+
+// asset is a static file as it is served: its bytes, gzipped once, and an
+// ETag of its content, so a reload asks "still this?" and gets a 304.
+type asset struct {
+	plain, gz   []byte
+	etag, ctype string
+}
+
+// assets are the static files, read and compressed once at start.
+var assets = func() map[string]asset {
+	m := map[string]asset{}
+	entries, _ := fs.ReadDir(files, "static")
+	for _, e := range entries {
+		b, _ := files.ReadFile("static/" + e.Name())
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		_, _ = zw.Write(b)
+		_ = zw.Close()
+		sum := sha256.Sum256(b)
+		ctype := mime.TypeByExtension(path.Ext(e.Name()))
+		switch path.Ext(e.Name()) {
+		case ".js":
+			ctype = "text/javascript; charset=utf-8"
+		case ".webmanifest":
+			ctype = "application/manifest+json"
+		case ".svg":
+			ctype = "image/svg+xml"
+		}
+		m[e.Name()] = asset{plain: b, gz: buf.Bytes(), ctype: ctype,
+			etag: `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`}
+	}
+	return m
+}()
+
+// serveStatic answers with one static file: gzipped when the client takes
+// it, revalidated by its ETag (no-cache: the browser keeps it but asks each
+// load; an unchanged file costs a 304 without a body).
+func serveStatic(w http.ResponseWriter, r *http.Request, name string) {
+	headers(w)
+	a, ok := assets[name]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", a.ctype)
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("ETag", a.etag)
+	w.Header().Set("Vary", "Accept-Encoding")
+	if inm := r.Header.Get("If-None-Match"); inm != "" && strings.Contains(inm, a.etag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	body := a.plain
+	if acceptsGzip(r) {
+		w.Header().Set("Content-Encoding", "gzip")
+		body = a.gz
+	}
+	_, _ = w.Write(body)
+}
+
+// acceptsGzip says whether the request's Accept-Encoding takes gzip.
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(coding), "gzip") && strings.ReplaceAll(params, " ", "") != "q=0" {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *Handler) user(r *http.Request) string {
@@ -98,17 +178,18 @@ func (h *Handler) user(r *http.Request) string {
 	return user
 }
 
-func (h *Handler) render(w http.ResponseWriter, name string, data map[string]string) {
+func (h *Handler) render(w http.ResponseWriter, name string, data map[string]any) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	if data == nil {
-		data = map[string]string{}
+		data = map[string]any{}
 	}
-	data["Nonce"] = base64.RawURLEncoding.EncodeToString(b) // nothing html/template would escape
+	nonce := base64.RawURLEncoding.EncodeToString(b) // nothing html/template would escape
+	data["Nonce"] = nonce
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	headers(w)
-	w.Header().Set("Content-Security-Policy", pageCSP(data["Nonce"]))
+	w.Header().Set("Content-Security-Policy", pageCSP(nonce))
 	if err := pages.ExecuteTemplate(w, name, data); err != nil && !errors.Is(err, http.ErrHandlerTimeout) {
 		h.Log.Error("web: render", "page", name, "err", err)
 	}
@@ -121,7 +202,7 @@ func (h *Handler) app(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/app/sign-in", http.StatusFound)
 		return
 	}
-	h.render(w, "app.html", map[string]string{"User": user})
+	h.render(w, "app.html", map[string]any{"User": user, "Modules": modules})
 }
 
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"io"
 	"io/fs"
@@ -90,12 +92,96 @@ func TestNoInlineScriptNoInnerHTML(t *testing.T) {
 		if strings.HasSuffix(p, ".html") && inline.Match(b) {
 			t.Errorf("%s has inline script: %s", p, inline.Find(b))
 		}
-		if strings.HasSuffix(p, ".js") && regexp.MustCompile(`innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function`).Match(b) {
-			t.Errorf("%s builds markup or code from strings", p)
+		// markup.js alone puts HTML into the page: the manager's rendering
+		// of a reply, sanitized there (manager/markdown); once, in one place.
+		builds := regexp.MustCompile(`innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function|DOMParser|createContextualFragment|setHTML`)
+		if n := len(builds.FindAll(b, -1)); strings.HasSuffix(p, ".js") && n > 0 && !(p == "static/markup.js" && n == 1) {
+			t.Errorf("%s builds markup or code from strings (%d places)", p, n)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Static files go out gzipped to a client that takes it, plain to one
+// that does not, and a reload with the ETag gets a 304 without a body.
+func TestStaticFilesAreCompressedAndRevalidated(t *testing.T) {
+	s := server(t)
+	do := func(path string, h map[string]string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.URL+path, nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	plainResp, plain := do("/app/static/main.js", nil)
+	if plainResp.StatusCode != 200 || plainResp.Header.Get("Content-Encoding") != "" || !strings.Contains(string(plain), "import") {
+		t.Fatalf("plain main.js: %d %v", plainResp.StatusCode, plainResp.Header)
+	}
+	gzResp, gz := do("/app/static/main.js", map[string]string{"Accept-Encoding": "br, gzip;q=0.8"})
+	if gzResp.Header.Get("Content-Encoding") != "gzip" || gzResp.Header.Get("Vary") != "Accept-Encoding" || len(gz) >= len(plain) {
+		t.Fatalf("gzipped main.js: %v, %d bytes of %d", gzResp.Header, len(gz), len(plain))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if un, _ := io.ReadAll(zr); !bytes.Equal(un, plain) {
+		t.Fatal("the gzipped body is not the file")
+	}
+	if resp, _ := do("/app/static/main.js", map[string]string{"Accept-Encoding": "gzip;q=0"}); resp.Header.Get("Content-Encoding") != "" {
+		t.Fatal("gzip;q=0 still got gzip")
+	}
+	etag := plainResp.Header.Get("ETag")
+	if etag == "" || plainResp.Header.Get("Cache-Control") != "no-cache" || plainResp.Header.Get("Content-Security-Policy") != CSP {
+		t.Fatalf("headers %v", plainResp.Header)
+	}
+	if resp, b := do("/app/static/main.js", map[string]string{"If-None-Match": etag}); resp.StatusCode != http.StatusNotModified || len(b) != 0 {
+		t.Fatalf("revalidation: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	if resp, _ := do("/app/static/app.css", map[string]string{"If-None-Match": etag}); resp.StatusCode != 200 {
+		t.Fatalf("another file's ETag matched app.css: %d", resp.StatusCode)
+	}
+	for _, c := range []struct{ path, ctype string }{
+		{"/app/static/app.css", "text/css"}, {"/app/manifest.webmanifest", "application/manifest+json"}, {"/app/sw.js", "text/javascript"},
+	} {
+		if resp, _ := do(c.path, nil); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), c.ctype) {
+			t.Errorf("%s: %d %q", c.path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	for _, p := range []string{"/app/static/nope.js", "/app/static/../web.go", "/app/static/"} {
+		if resp, _ := do(p, nil); resp.StatusCode != 404 && resp.StatusCode != 301 && resp.StatusCode != 307 {
+			t.Errorf("%s: %d", p, resp.StatusCode)
+		}
+	}
+}
+
+// The page preloads every module main.js imports, with the page's nonce,
+// so they load at once rather than one import after another.
+func TestThePagePreloadsItsModules(t *testing.T) {
+	s := server(t)
+	_, body := get(t, s, "/app/", "good")
+	nonce := regexp.MustCompile(`<script type="module" nonce="([^"]+)"`).FindStringSubmatch(body)
+	if nonce == nil {
+		t.Fatal("no module script")
+	}
+	main, _ := files.ReadFile("static/main.js")
+	imported := regexp.MustCompile(`from '\./([a-z-]+\.js)'`).FindAllSubmatch(main, -1)
+	if len(imported) < 4 {
+		t.Fatalf("main.js imports %d modules", len(imported))
+	}
+	for _, m := range imported {
+		if want := `<link rel="modulepreload" nonce="` + nonce[1] + `" href="/app/static/` + string(m[1]) + `">`; !strings.Contains(body, want) {
+			t.Errorf("not preloaded: %s", m[1])
+		}
 	}
 }

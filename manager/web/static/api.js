@@ -8,7 +8,8 @@ const asked = new URLSearchParams(location.search).get('agent') || 'main';
 export const agentName = /^[a-z][a-z0-9-]{0,31}$/.test(asked) ? asked : 'main';
 // agent: that agent's own routes (conversations, approvals, rules,
 // reminders, jobs); main's are the sandbox's own.
-export const agent = agentName === 'main' ? sandbox : `${sandbox}/agents/${agentName}`;
+export const agentPath = (name) => (name === 'main' ? sandbox : `${sandbox}/agents/${encodeURIComponent(name)}`);
+export const agent = agentPath(agentName);
 
 export class APIError extends Error {
   constructor(status, problem) {

@@ -1,49 +1,122 @@
-// main: the signed-in client. Three pages (conversation, trace,
-// approvals) over the agent's API; everything shown is read from the store
-// and the stream only brings what is new.
-import { agent, agentName, sandbox, get, post, id as rid } from './api.js';
+// main: the signed-in client. The address says where the owner is (#/chat/7
+// is conversation 7 of the agent in ?agent=, #/approvals a page), so reload
+// and Back/Forward return there. Everything shown is read from the store;
+// the streams only bring what is new.
+import { agent, agentName, agentPath, sandbox, get, post, id as rid } from './api.js';
 import { Stream } from './stream.js';
-import { Timeline, el, describeRule } from './render.js';
+import { Timeline, el, describeRule, stamp } from './render.js';
 import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
+import { Live } from './live.js';
 
 const $ = (id) => document.getElementById(id);
-const state = { conversation: 0, pending: new Map() };
+const state = {
+  conversation: 0,          // the conversation shown
+  conversations: new Map(), // id -> conversation, as last listed
+  pending: new Map(),       // approval id -> pending approval of this agent
+  running: new Map(),       // run id -> what it is doing, for the busy line
+  queued: [],               // prompts sent, not yet stored as entries
+};
+const pageNames = { chat: 'Conversation', trace: 'Trace', approvals: 'Approvals', files: 'Files', skills: 'Skills', reminders: 'Reminders & jobs', activity: 'Activity', settings: 'Settings' };
 
 function banner(text) {
   $('banner').textContent = text;
   $('banner').hidden = !text;
 }
 
-async function refreshPending() {
-  const { approvals } = await get(`${agent}/approvals`);
+const titleOf = (c) => (c && c.title) || (c ? `Conversation ${Number(c.id)}` : '');
+
+// The drawer: the rail slides over the page on a phone.
+function drawer(open) {
+  document.body.classList.toggle('drawer-open', open);
+  $('menu').setAttribute('aria-expanded', String(open));
+  $('scrim').hidden = !open;
+  if (open) $('agent-pick').focus();
+}
+$('menu').addEventListener('click', () => drawer(true));
+$('rail-close').addEventListener('click', () => { drawer(false); $('menu').focus(); });
+$('scrim').addEventListener('click', () => drawer(false));
+document.addEventListener('keydown', (ev) => {
+  if (ev.key === 'Escape' && document.body.classList.contains('drawer-open')) { drawer(false); $('menu').focus(); }
+});
+$('rail').addEventListener('click', (ev) => { if (ev.target.closest('a')) drawer(false); });
+
+// Pending approvals, every agent's, read from their stores (live.js); the
+// live stream says when to read them again.
+const refreshPending = () => live.recount();
+
+function showApprovals(lists) {
+  const approvals = lists.get(agentName) || [];
   state.pending = new Map(approvals.map((a) => [a.id, a]));
-  const n = approvals.length;
-  $('pending-count').textContent = String(n);
-  $('pending-count').hidden = n === 0;
-  const elsewhere = approvals.filter((a) => a.conversation_id !== state.conversation).length;
-  $('more-waiting').textContent = elsewhere ? `${elsewhere} more waiting in other conversations (see Approvals)` : '';
+  let total = 0;
+  for (const l of lists.values()) total += l.length;
+  showPendingCount(total);
+  const here = approvals.filter((a) => a.conversation_id !== state.conversation).length;
+  const elsewhere = total - approvals.length + here;
+  $('more-waiting').textContent = elsewhere ? `${elsewhere} more waiting elsewhere (see Approvals)` : '';
   $('more-waiting').hidden = elsewhere === 0;
-  renderApprovalsPage(approvals);
+  renderApprovalsPage(lists);
   timeline.pendingChanged();
+  busyLine();
 }
 
-async function decide(id, decision, note) {
+function showPendingCount(total) {
+  $('pending-count').textContent = String(total);
+  $('pending-count').hidden = total === 0;
+  $('pending-pill-count').textContent = String(total);
+  $('pending-pill').hidden = total === 0;
+  document.title = total ? `(${total}) Affido` : 'Affido';
+}
+
+// decider decides an approval of the named agent.
+const decider = (name) => async (id, decision, note) => {
   const body = { decision, wait: false };
   if (note) body.note = note;
-  await post(`${agent}/approvals/${rid(id)}`, body);
+  await post(`${agentPath(name)}/approvals/${rid(id)}`, body);
   await refreshPending();
-}
+};
+const decide = decider(agentName);
 
 const timeline = new Timeline($('timeline'), { decide, pending: () => state.pending });
+
+// The busy line says what the runs of this conversation are doing.
+function track(e) {
+  if (!e.run_id) return;
+  const run = e.run_id;
+  switch (e.kind) {
+    case 'owner_message': state.running.set(run, 'working'); break;
+    case 'tool_call': state.running.set(run, `running ${e.tool_name}`); break;
+    case 'tool_result': state.running.set(run, 'working'); break;
+    case 'assistant_message': if (!(e.tool_calls || []).length) state.running.delete(run); else state.running.set(run, 'working'); break;
+    case 'error': state.running.delete(run); break;
+    default:
+  }
+}
+
+function busyLine() {
+  const line = $('run-state');
+  const waits = [...state.pending.values()].some((a) => a.conversation_id === state.conversation);
+  const doing = [...state.running.values()];
+  let text = '';
+  if (waits) text = 'Waiting for your decision on an approval';
+  else if (doing.some((d) => d.startsWith('running '))) text = `Agent is ${doing.find((d) => d.startsWith('running '))}…`;
+  else if (doing.length) text = timeline.drafts.size ? 'Agent is writing…' : 'Agent is working…';
+  if (state.queued.length) text += `${text ? ' · ' : ''}${state.queued.length} queued`;
+  line.textContent = text;
+  line.hidden = !text;
+  line.classList.toggle('idle', waits);
+}
 
 const stream = new Stream({
   onEntry: (e) => {
     if (e.conversation_id !== state.conversation) return;
+    if (e.kind === 'owner_message') unqueue(e.text);
     timeline.add(e);
+    track(e);
+    busyLine();
     if (e.kind === 'approval' || e.kind === 'approval_decision') refreshPending().catch(() => {});
     if (e.kind === 'citation') showCitations(e.run_id);
   },
-  onDelta: (d) => timeline.delta(d),
+  onDelta: (d) => { timeline.delta(d); busyLine(); },
   onState: (s) => {
     $('stream-state').dataset.state = s;
     $('stream-state').textContent = s === 'live' ? 'live' : s === 'reconnecting' ? 'reconnecting…' : 'connecting…';
@@ -51,30 +124,63 @@ const stream = new Stream({
   },
 });
 
-// loadConversation renders the current conversation from the store, then
-// follows the stream from the last entry it rendered.
-async function loadConversation() {
-  const [sessions, inspection] = await Promise.all([get(`${agent}/sessions`), get(`${agent}/inspect?limit=1000`)]);
-  state.conversation = inspection.conversation.id;
-  const list = $('conversation-list');
-  list.replaceChildren(...(sessions.conversations || []).map((c) => {
-    const b = el('button', { type: 'button', text: c.title || `conversation ${Number(c.id)}` });
-    if (c.id === state.conversation) b.setAttribute('aria-current', 'true');
-    b.addEventListener('click', () => switchTo(c.id));
-    return el('li', {}, b);
+// The owner's live stream: every agent's approvals, reminders, jobs and
+// spend stops, whatever page is open.
+const live = new Live({
+  onApprovals: showApprovals,
+  onNotice: (n) => {
+    if (n.kind === 'reminder' && !$('page-reminders').hidden) showReminders().catch(() => {});
+  },
+});
+
+// renderConversations lists the agent's conversations in the rail, newest
+// first, those matching the search only.
+function renderConversations() {
+  const q = $('conversation-search').value.trim().toLowerCase();
+  const items = [...state.conversations.values()].filter((c) => !q || titleOf(c).toLowerCase().includes(q));
+  $('conversation-list').replaceChildren(...items.map((c) => {
+    const a = el('a', { href: `#/chat/${Number(c.id)}`, text: titleOf(c), title: titleOf(c) });
+    if (c.id === state.conversation) a.setAttribute('aria-current', 'true');
+    return el('li', {}, a);
   }));
-  await refreshPending();
+  if (!items.length) $('conversation-list').replaceChildren(el('li', { class: 'empty', text: q ? 'No conversation has that in its title.' : 'No conversations yet.' }));
+}
+$('conversation-search').addEventListener('input', renderConversations);
+
+async function listConversations() {
+  const sessions = await get(`${agent}/sessions`);
+  state.conversations = new Map((sessions.conversations || []).map((c) => [c.id, c]));
+  renderConversations();
+  return sessions.current;
+}
+
+// loadConversation renders conversation id (the agent's current one for 0)
+// from the store, then follows the stream from the last entry it rendered.
+async function loadConversation(id) {
+  const current = await listConversations();
+  const want = id || current;
+  const inspection = await get(`${agent}/inspect?limit=1000&conversation=${rid(want)}`);
+  state.conversation = inspection.conversation.id;
+  state.conversations.set(state.conversation, inspection.conversation);
+  if (!id) history.replaceState(null, '', `#/chat/${state.conversation}`);
+  renderConversations();
+  showWhere();
   timeline.clear();
   shownCitations.clear();
+  state.running.clear();
   let last = 0;
   const cited = new Set();
   for (const e of inspection.entries.items || []) {
     timeline.add(e);
+    track(e);
     last = Math.max(last, e.id);
     if (e.kind === 'citation') cited.add(e.run_id);
   }
+  timeline.toBottom();
+  refreshPending();
   for (const run of cited) showCitations(run);
   stream.open(state.conversation, last);
+  busyLine();
 }
 
 // showCitations puts a run's citations under its reply, each re-checked
@@ -96,36 +202,89 @@ async function showCitations(run) {
       lines.textContent = text.split('\n').slice(c.line_start - 1, c.line_end).join('\n');
       lines.hidden = false;
     });
-    box.append(el('div', {}, el('span', { class: c.verified ? 'good' : 'bad', text: c.verified ? 'verified ' : `failed (${c.problem}) ` }),
-      el('span', { text: `[${c.id}] ${c.doc} v${c.version} lines ${c.line_start}–${c.line_end}: “${c.quote}” ` }), open, lines));
+    const row = el('div', { 'data-cite': String(c.id) }, el('span', { class: c.verified ? 'good' : 'bad', text: c.verified ? 'verified ' : `failed (${c.problem}) ` }),
+      el('blockquote', { text: `“${c.quote}”` }),
+      el('span', { class: 'label', text: `[${c.id}] ${c.doc} v${c.version} lines ${c.line_start}–${c.line_end}` }), open, lines);
+    row.open = open;
+    box.append(row);
   }
   answer.append(box);
 }
 
-async function switchTo(id) {
-  await post(`${agent}/session/switch`, { id: Number(rid(id)) });
-  await loadConversation();
-}
+// A citation marker in a reply opens its quote and the stored lines.
+$('timeline').addEventListener('click', (ev) => {
+  const a = ev.target.closest('a.cite');
+  if (!a) return;
+  ev.preventDefault();
+  const li = a.closest('li');
+  const row = li && [...li.querySelectorAll('.citations [data-cite]')].find((r) => r.dataset.cite === a.dataset.cite);
+  if (!row) return;
+  row.closest('details').open = true;
+  row.scrollIntoView({ block: 'nearest' });
+  row.classList.add('target');
+  row.open.click();
+});
 
 async function loadModels() {
   const { models, default: def } = await get(`${agent}/models`);
   $('model').replaceChildren(...models.map((m) => el('option', { value: m, text: m, selected: m === def })));
 }
 
+// A prompt sent but not yet stored shows as queued (a run may be waiting
+// on the owner, and the agent takes prompts in turn).
+function queue(text) {
+  const card = el('li', { class: 'owner queued' }, el('span', { class: 'label', text: 'you · queued' }), el('span', { class: 'text', text }));
+  state.queued.push({ text, card });
+  $('timeline').append(card);
+  timeline.toBottom();
+  busyLine();
+}
+
+function unqueue(text) {
+  const i = state.queued.findIndex((q) => q.text === text);
+  if (i < 0) return;
+  state.queued[i].card.remove();
+  state.queued.splice(i, 1);
+}
+
+function sendError(text) {
+  $('send-error').textContent = text;
+  $('send-error').hidden = !text;
+}
+
 function sendPrompt() {
   const text = $('prompt').value.trim();
   if (!text) return;
   $('prompt').value = '';
+  grow();
   // The request id makes a resend after a failure the same prompt, once.
   if (text !== state.unsentText) state.requestId = crypto.randomUUID();
   const body = { text, model: $('model').value, wait: false, requestId: state.requestId, conversation: state.conversation };
   if ($('cite').checked) body.citations = 'required';
-  post(`${agent}/prompt`, body).then(() => { state.unsentText = null; }).catch((err) => {
-    banner(`not sent: ${err.message}`);
+  const conversation = state.conversation;
+  queue(text);
+  post(`${agent}/prompt`, body).then(() => {
+    state.unsentText = null;
+    sendError('');
+    const c = state.conversations.get(conversation);
+    if (c && !c.title) listConversations().then(showWhere).catch(() => {});
+  }).catch((err) => {
+    unqueue(text);
+    busyLine();
+    sendError(`Not sent: ${err.message}. Press Send to try again.`);
     state.unsentText = text;
-    $('prompt').value = text;
+    if (!$('prompt').value) $('prompt').value = text;
+    grow();
   });
 }
+
+// The composer grows with what is typed, up to a third of the screen.
+function grow() {
+  const t = $('prompt');
+  t.style.height = 'auto';
+  t.style.height = `${Math.min(t.scrollHeight + 2, window.innerHeight * 0.4)}px`;
+}
+$('prompt').addEventListener('input', grow);
 
 // The trace: every entry, newest first, a page at a time, by kind.
 const trace = { cursor: '', entries: [] };
@@ -150,32 +309,65 @@ async function loadTrace(more) {
 function renderTrace() {
   const kind = $('trace-kind').value;
   $('trace').replaceChildren(...trace.entries.filter((e) => !kind || e.kind === kind).map((e) => {
-    const head = `#${e.id} ${new Date(e.at).toLocaleString()} ${e.kind}${e.tool_name ? ` ${e.tool_name}` : ''}${e.run_id ? ` run ${e.run_id}` : ''}`;
+    const head = `#${e.id} ${e.kind}${e.tool_name ? ` ${e.tool_name}` : ''}${e.run_id ? ` run ${e.run_id}` : ''} `;
     const body = e.text || (e.arguments ? JSON.stringify(e.arguments) : '') || (e.tool_calls ? JSON.stringify(e.tool_calls) : '');
-    return el('li', { 'data-kind': e.kind }, el('strong', { text: head }), el('div', { text: body }));
+    return el('li', { 'data-kind': e.kind, id: `entry-${e.id}` }, el('strong', { text: head }), stamp(e.at), el('div', { text: body }));
   }));
 }
 
-function renderApprovalsPage(approvals) {
+// renderApprovalsPage lists every agent's waiting approvals, oldest first,
+// each naming its agent and conversation and decided on its own agent.
+function renderApprovalsPage(lists) {
   const list = $('approval-list');
-  if (!approvals.length) { list.replaceChildren(el('li', { class: 'note', text: 'Nothing waits for you.' })); return; }
-  const view = new Timeline(el('ol'), { decide, pending: () => state.pending });
-  list.replaceChildren(...approvals.map((a) => {
-    const card = view.approvalCard(a);
-    card.prepend(el('span', { class: 'label', text: `conversation ${a.conversation_id}, asked ${new Date(a.asked_at).toLocaleString()}` }));
-    return card;
-  }));
+  const hadFocus = list.contains(document.activeElement);
+  const cards = [];
+  for (const [name, approvals] of lists) {
+    const pending = new Map(approvals.map((a) => [a.id, a]));
+    const view = new Timeline(el('ol'), { decide: decider(name), pending: () => pending });
+    for (const a of approvals) {
+      const card = view.approvalCard(a);
+      card.dataset.agent = name;
+      const conv = name === agentName ? state.conversations.get(a.conversation_id) : null;
+      const href = name === agentName ? `#/chat/${Number(a.conversation_id)}` : `?agent=${encodeURIComponent(name)}#/chat/${Number(a.conversation_id)}`;
+      const where = el('a', { href, text: conv ? titleOf(conv) : `conversation ${Number(a.conversation_id)}` });
+      card.prepend(el('span', { class: 'label' }, `agent ${name} · in `, where, ' · asked ', stamp(a.asked_at) || 'at a time not recorded'));
+      cards.push([a.asked_at || '', card]);
+    }
+  }
+  cards.sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
+  if (!cards.length) list.replaceChildren(el('li', { class: 'note', text: 'Nothing waits for you.' }));
+  else list.replaceChildren(...cards.map((c) => c[1]));
+  // A decision re-draws the list: the keyboard stays in it.
+  if (hadFocus) { list.tabIndex = -1; list.focus({ preventScroll: true }); }
 }
 
-const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings };
+const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings, approvals: refreshPending };
+
+// route reads the address: #/chat/<id>, #/chat or #/<page>.
+function route() {
+  const [page, arg] = location.hash.replace(/^#\/?/, '').split('?')[0].split('/');
+  return { page: $(`page-${page}`) ? page : 'chat', conversation: /^[1-9][0-9]{0,15}$/.test(arg || '') ? Number(arg) : 0 };
+}
+
+function showWhere() {
+  const { page } = route();
+  $('where-agent').textContent = `agent ${agentName}`;
+  $('where-title').textContent = page === 'chat' ? titleOf(state.conversations.get(state.conversation)) || 'Conversation' : pageNames[page];
+}
 
 function showPage() {
-  let page = (location.hash.replace('#/', '') || 'chat').split('?')[0];
-  if (!$(`page-${page}`)) page = 'chat';
-  for (const a of document.querySelectorAll('nav a[data-page]')) {
+  const { page, conversation } = route();
+  for (const a of document.querySelectorAll('.pages a[data-page]')) {
     const p = a.dataset.page;
     $(`page-${p}`).hidden = p !== page;
     if (p === page) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  }
+  showWhere();
+  if (page === 'chat') {
+    if (!conversation || conversation !== state.conversation) {
+      loadConversation(conversation).catch((err) => banner(`Could not load the conversation: ${err.message}`));
+    }
+    return;
   }
   if (pageLoaders[page]) pageLoaders[page]().catch((err) => banner(err.message));
 }
@@ -186,21 +378,27 @@ $('prompt').addEventListener('keydown', (ev) => {
   // is composing a word.
   if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); sendPrompt(); }
 });
-$('reset').addEventListener('click', () => post(`${agent}/reset?conversation=${rid(state.conversation)}`).catch((err) => banner(err.message)));
-$('new-conversation').addEventListener('click', () => post(`${agent}/session/new`, {}).then(loadConversation).catch((err) => banner(err.message)));
+$('reset').addEventListener('click', () => post(`${agent}/reset?conversation=${rid(state.conversation)}`).catch((err) => sendError(err.message)));
+$('new-conversation').addEventListener('click', () => post(`${agent}/session/new`, {}).then((c) => {
+  drawer(false);
+  location.hash = `#/chat/${rid(c.conversation_id)}`;
+}).catch((err) => banner(err.message)));
 $('trace-kind').addEventListener('change', renderTrace);
 $('rename-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
-  post(`${agent}/session/rename`, { id: state.conversation, title: $('rename').value.trim() }).then(() => { $('rename').value = ''; return loadConversation(); }).catch((err) => banner(err.message));
+  const title = $('rename').value.trim();
+  if (!title) return;
+  post(`${agent}/session/rename`, { id: state.conversation, title }).then(() => { $('rename').value = ''; return listConversations().then(showWhere); }).catch((err) => banner(err.message));
 });
 $('trace-more').addEventListener('click', () => loadTrace(true).catch((err) => banner(err.message)));
 $('sign-out').addEventListener('click', async () => {
   stream.close();
+  live.close();
   await fetch('/auth/sign-out', { method: 'POST', headers: { 'Content-Type': 'application/json' }, credentials: 'same-origin' });
   location.assign('/app/sign-in');
 });
 window.addEventListener('hashchange', showPage);
-window.addEventListener('pagehide', () => stream.close()); // the stream stops counting as activity
+window.addEventListener('pagehide', () => { stream.close(); live.close(); }); // the streams stop counting as activity
 
 // The agent picker: every page of this tab talks to one agent (?agent=);
 // picking another loads the client for it.
@@ -214,11 +412,12 @@ async function loadAgents() {
 $('agent-pick').addEventListener('change', () => {
   const u = new URL(location.href);
   u.searchParams.set('agent', $('agent-pick').value);
+  u.hash = '#/chat';
   location.assign(u);
 });
 
 showPage();
+live.open();
 loadAgents().catch(() => {});
 loadModels().catch(() => {});
-loadConversation().catch((err) => banner(`could not load the conversation: ${err.message}`));
 export { describeRule };

@@ -2,11 +2,16 @@
 // store through the API every time it is shown; nothing is cached.
 import { agent, sandbox, call, get, post, id } from './api.js';
 import { el, describeRule } from './render.js';
+import { showPush } from './push.js';
 
 const $ = (id) => document.getElementById(id);
 const say = (text) => { $('status-line').textContent = text; };
 const fail = (err) => say(`error: ${err.message}`);
-const when = (t) => (t ? new Date(t).toLocaleString() : '—');
+// when is a time as the owner reads it; none (or Go's zero time) is a dash.
+const when = (t) => {
+  const d = t ? new Date(t) : null;
+  return d && !Number.isNaN(d.getTime()) && d.getFullYear() >= 2000 ? d.toLocaleString() : '—';
+};
 const usd = (micros) => (micros === undefined || micros === null ? '—' : (micros / 1e6).toFixed(4));
 
 // upload sends bytes as they are (uploads and ingest take raw bodies).
@@ -125,7 +130,8 @@ export async function showReminders() {
   } else {
     $('reminder-list').replaceChildren(...reminders.map((r) => {
       const cancel = el('button', { type: 'button', class: 'quiet', text: 'Cancel' });
-      cancel.addEventListener('click', () => post(`${agent}/reminders/${id(r.id)}/cancel`).then(showReminders).catch(fail));
+      // A reminder that fired meanwhile answers 409: say so, and list again.
+      cancel.addEventListener('click', () => post(`${agent}/reminders/${id(r.id)}/cancel`).then(showReminders).catch((err) => { fail(err); showReminders().catch(fail); }));
       return el('li', {}, el('span', {}, el('strong', { text: when(r.due) }), ` ${r.text}`), cancel);
     }));
   }
@@ -184,6 +190,7 @@ $('activity-filter').addEventListener('change', () => showActivity().catch(fail)
 
 // Settings: the sandbox, notifications, rules, spend, sessions, tokens.
 export async function showSettings() {
+  showPush().catch((err) => { $('push-state').textContent = `Notifications on this device: ${err.message}`; });
   const [sb, notify, rules, spend, sessions, tokens] = await Promise.all([
     get('/api/sandbox'), get('/api/notify'), get(`${agent}/rules`), get('/api/spend').catch(() => null), get('/api/sessions'), get('/api/tokens')]);
   const wake = sb.reported_wake_at || sb.wake_at;

@@ -1,7 +1,9 @@
 // render: cards built from stored entries, with textContent only (entries
-// hold model output and outside text: nothing of theirs becomes markup).
-// Each entry renders once, by id, so a reload, a reconnect or an entry seen
-// twice changes nothing.
+// hold model output and outside text: nothing of theirs becomes markup),
+// except a reply's text, which the manager renders from markdown and
+// sanitizes (markup.js). Each entry renders once, by id, so a reload, a
+// reconnect or an entry seen twice changes nothing.
+import { showMarkdown } from './markup.js';
 
 export function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -21,6 +23,15 @@ export function describeRule(r) {
   if (!r) return '';
   if (r.words) return r.words;
   return `${r.effect} ${r.tool} ${JSON.stringify(r.when || {})}`;
+}
+
+// stamp is an entry's time, short; none for an entry without one.
+export function stamp(at) {
+  const d = at ? new Date(at) : null;
+  if (!d || Number.isNaN(d.getTime()) || d.getFullYear() < 2000) return null;
+  const today = new Date().toDateString() === d.toDateString();
+  const text = today ? d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : d.toLocaleString([], { dateStyle: 'short', timeStyle: 'short' });
+  return el('time', { class: 'time', dateTime: d.toISOString(), title: d.toLocaleString(), text });
 }
 
 const pretty = (raw) => {
@@ -52,13 +63,14 @@ export class Timeline {
       if (card) card.querySelector('.text').textContent = '';
       return;
     }
+    const follow = this.atBottom();
     if (!card) {
       card = el('li', { class: 'assistant draft', 'data-draft': d.run_id }, el('span', { class: 'label', text: 'agent (writing…)' }), el('span', { class: 'text' }));
       this.drafts.set(d.run_id, card);
       this.list.append(card);
     }
     card.querySelector('.text').textContent += d.text;
-    card.scrollIntoView({ block: 'nearest' });
+    if (follow) this.toBottom();
   }
 
   add(e) {
@@ -72,10 +84,23 @@ export class Timeline {
     if (item) {
       item.dataset.entry = e.id;
       if (e.run_id) item.dataset.run = e.run_id;
+      const label = item.querySelector(':scope > .label');
+      const t = stamp(e.at);
+      if (label && t) label.append(t);
+      const follow = this.atBottom();
       this.list.append(item);
-      item.scrollIntoView({ block: 'nearest' });
+      if (follow) this.toBottom();
     }
   }
+
+  // atBottom says whether the reader is at the newest entry (then new
+  // entries keep the view there; someone reading back is left alone).
+  atBottom() {
+    const l = this.list;
+    return l.scrollHeight - l.scrollTop - l.clientHeight < 80;
+  }
+
+  toBottom() { this.list.scrollTop = this.list.scrollHeight; }
 
   card(e) {
     switch (e.kind) {
@@ -83,9 +108,13 @@ export class Timeline {
         return el('li', { class: 'owner' }, el('span', { class: 'label', text: 'you' }), el('span', { class: 'text', text: e.text }));
       case 'assistant_message': {
         const li = el('li', { class: 'assistant' }, el('span', { class: 'label', text: e.model || 'agent' }));
-        if (e.text) li.append(el('span', { class: 'text', text: e.text }));
+        if (e.text) {
+          const text = el('div', { class: 'text', text: e.text });
+          li.append(text);
+          showMarkdown(text, e.text);
+        }
         for (const tc of e.tool_calls || []) {
-          const result = el('pre', { class: 'result', text: '…' });
+          const result = el('pre', { class: 'result', text: 'waiting to run' });
           const row = el('details', { class: 'tool' },
             el('summary', { text: `tool ${tc.name}` }),
             el('span', { class: 'label', text: 'arguments' }), el('pre', { text: pretty(tc.arguments) }),
@@ -98,7 +127,10 @@ export class Timeline {
       }
       case 'tool_call': {
         const row = this.calls.get(e.tool_call_id);
-        if (row) row.querySelector('summary').textContent = `tool ${e.tool_name} (running)`;
+        if (row) {
+          row.querySelector('summary').textContent = `tool ${e.tool_name} (running…)`;
+          row.result.textContent = 'running…';
+        }
         return null;
       }
       case 'tool_result': {
@@ -148,7 +180,12 @@ export class Timeline {
     const note = el('input', { type: 'text', placeholder: 'note for the agent (with Deny)', 'aria-label': 'note' });
     const act = (decision) => async () => {
       for (const b of card.querySelectorAll('button')) b.disabled = true;
-      try { await this.decide(a.id, decision, decision === 'deny' ? note.value : ''); } catch (err) {
+      try {
+        await this.decide(a.id, decision, decision === 'deny' ? note.value : '');
+        // The buttons are gone: keep the keyboard's place on the card.
+        card.tabIndex = -1;
+        if (card.isConnected) card.focus({ preventScroll: true });
+      } catch (err) {
         for (const b of card.querySelectorAll('button')) b.disabled = false;
         card.append(el('span', { class: 'error', text: err.message }));
       }

@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The web client as a phone shows it: the layout holds at 390 px and at
+// 1280 px with 1, 3 and 20 conversations and a 200-character unbroken
+// title; replies render as markdown with nothing of the model's running;
+// an approval raised by another agent reaches the page without a reload;
+// a conversation has an address that Back returns to.
+
+// outside lists the elements whose box reaches past the viewport's sides.
+// Every rendered element is checked, not the document's scroll width (a
+// page that clips would read 0 there). An element may only reach past
+// the viewport inside a box that scrolls it (overflow-x auto or scroll);
+// a box that clips (hidden) excuses nothing.
+const outside = `(() => {
+  const W = document.documentElement.clientWidth, bad = [];
+  for (const e of document.querySelectorAll('body *')) {
+    const cs = getComputedStyle(e);
+    if (cs.display === 'none' || cs.visibility === 'hidden') continue;
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    if (r.left >= -1 && r.right <= W + 1) continue;
+    let scrolled = false;
+    for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if (ox === 'auto' || ox === 'scroll') { scrolled = true; break; }
+    }
+    if (!scrolled) bad.push(e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + '.' + [...e.classList].join('.') + ' ' + Math.round(r.left) + '..' + Math.round(r.right));
+  }
+  return JSON.stringify(bad.slice(0, 10));
+})()`
+
+// reachable says whether an element is on screen and is what a tap at its
+// middle would hit (not under another element).
+func reachable(sel string) string {
+	return fmt.Sprintf(`(() => {
+  const e = document.querySelector(%q);
+  if (!e) return false;
+  const r = e.getBoundingClientRect();
+  if (r.top < 0 || r.left < 0 || r.bottom > innerHeight + 1 || r.right > innerWidth + 1 || r.width === 0) return false;
+  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  return hit === e || e.contains(hit);
+})()`, sel)
+}
+
+func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
+	user, password, tok := webUser(t, "layout")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	// A conversation long enough to scroll, with a wide code block, a
+	// table and an unbroken word.
+	long := "see https://example.com/" + strings.Repeat("a", 300) + "\n\n```\n" + strings.Repeat("wide code ", 60) + "\n```\n\n| a | b | c |\n|---|---|---|\n| " + strings.Repeat("cell ", 40) + " | 2 | 3 |\n"
+	for i := 0; i < 8; i++ {
+		prompt(t, user, tok, map[string]any{"text": fmt.Sprintf("message %d: %s", i, long)})
+	}
+	var current struct {
+		Current int64 `json:"current"`
+	}
+	if err := json.Unmarshal([]byte(mustGet(t, user, tok, "/sessions").Body), &current); err != nil || current.Current == 0 {
+		t.Fatalf("sessions: %v", err)
+	}
+	chat := fmt.Sprintf("%s/app/#/chat/%d", baseURL, current.Current)
+	title200 := strings.Repeat("W", 200)
+	check := func(label string) {
+		t.Helper()
+		for _, v := range []struct {
+			name  string
+			w, h  int64
+			phone bool
+		}{{"phone", 390, 844, true}, {"desktop", 1280, 800, false}} {
+			emulate := chromedp.EmulateViewport(v.w, v.h)
+			if v.phone {
+				emulate = chromedp.EmulateViewport(v.w, v.h, chromedp.EmulateMobile)
+			}
+			run(t, ctx, "viewport "+v.name, emulate, chromedp.Navigate(chat))
+			until(t, ctx, "the conversation, rendered", `document.querySelectorAll('#timeline li.assistant .md').length >= 8 && document.querySelectorAll('#conversation-list li a').length >= 1`)
+			bad := evalString(t, ctx, outside)
+			if bad != "[]" {
+				t.Errorf("%s at %s: elements past the viewport: %s", label, v.name, bad)
+			}
+			for _, sel := range []string{"#prompt", "#send", "header.top"} {
+				until(t, ctx, fmt.Sprintf("%s at %s: %s on screen and tappable", label, v.name, sel), reachable(sel))
+			}
+			// Scrolled to the oldest entry: the header and the composer stay.
+			until(t, ctx, "scrolled to the top", `(document.querySelector('#timeline').scrollTop = 0, document.querySelector('#timeline').scrollTop === 0)`)
+			for _, sel := range []string{"header.top", "#send"} {
+				until(t, ctx, fmt.Sprintf("%s at %s, scrolled up: %s still there", label, v.name, sel), reachable(sel))
+			}
+			if v.phone {
+				// The rail is a drawer: closed it is hidden, open it lists the conversations.
+				until(t, ctx, "the drawer closed", `getComputedStyle(document.querySelector('#rail')).visibility === 'hidden'`)
+				run(t, ctx, "open the drawer", chromedp.Click(chromedp.ID("menu")))
+				until(t, ctx, "the drawer open, its list on screen", reachable("#conversation-list li a"))
+				bad = evalString(t, ctx, outside)
+				if bad != "[]" {
+					t.Errorf("%s, drawer open: elements past the viewport: %s", label, bad)
+				}
+				screenshots(t, ctx, "layout-"+label)
+				run(t, ctx, "close it", chromedp.Click(chromedp.ID("rail-close")))
+				until(t, ctx, "the drawer closed again", `getComputedStyle(document.querySelector('#rail')).visibility === 'hidden'`)
+			}
+		}
+	}
+	check("1-conversation")
+	for i := 0; i < 2; i++ {
+		mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":"errand %d"}`, i), 200)
+	}
+	check("3-conversations")
+	mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":%q}`, title200), 200)
+	for i := 0; i < 16; i++ {
+		mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":"more errands %d"}`, i), 200)
+	}
+	check("20-conversations")
+	// Every page at both widths, with the long title in the rail.
+	for _, page := range []string{"approvals", "reminders", "files", "skills", "trace", "activity", "settings"} {
+		run(t, ctx, page, chromedp.Navigate(baseURL+"/app/#/"+page))
+		until(t, ctx, page+" shown", fmt.Sprintf(`!document.querySelector('#page-%s').hidden`, page))
+		bad := evalString(t, ctx, outside)
+		if bad != "[]" {
+			t.Errorf("page %s at desktop width: elements past the viewport: %s", page, bad)
+		}
+		screenshots(t, ctx, "page-"+page)
+	}
+}
+
+// A reply is markdown rendered on the manager: emphasis, code with its
+// language and a copy button, links that open elsewhere; the model's HTML
+// (a script, an image with onerror, a javascript: link) is inert text.
+func TestWebRepliesAreMarkdownAndInert(t *testing.T) {
+	user, password, _ := webUser(t, "markdown")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	until(t, ctx, "a trap for anything that runs", `(window.pwned = 0, true)`)
+	text := "**bold move** and `inline` <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> [click](javascript:window.pwned=3) https://example.org/docs\n\n```go\nfmt.Println(\"hi\")\n```"
+	sendInBrowser(t, ctx, strings.ReplaceAll(text, "\n", "\\n")) // typed: the prompt box takes Enter as send
+	// The echo model replies with what it was sent; send the real text by API
+	// instead so the newlines are newlines.
+	until(t, ctx, "the reply rendered", `[...document.querySelectorAll('#timeline li.assistant .md strong')].some(s => s.textContent === 'bold move')`)
+	checks := map[string]string{
+		"no script, img or iframe from the model": `document.querySelectorAll('#timeline script, #timeline img, #timeline iframe, #timeline svg').length === 0`,
+		"nothing ran":                             `window.pwned === 0`,
+		"no javascript: link":                     `[...document.querySelectorAll('#timeline a')].every(a => !/^\s*javascript:/i.test(a.getAttribute('href') || ''))`,
+		"links open elsewhere, without referrer":  `[...document.querySelectorAll('#timeline .md a[href^="https://example.org"]')].every(a => a.target === '_blank' && /noopener/.test(a.rel)) && document.querySelectorAll('#timeline .md a[href^="https://example.org"]').length >= 1`,
+		"the script shows as text":                `[...document.querySelectorAll('#timeline li.assistant .md')].some(m => m.textContent.includes('window.pwned = 1'))`,
+	}
+	for what, expr := range checks {
+		until(t, ctx, what, expr)
+	}
+	screenshots(t, ctx, "markdown")
+}
+
+// An approval raised by another agent (here a prompt to "ops" sent with
+// curl while the page shows main) shows in the count and on the Approvals
+// page without a reload, and is decided there on its own agent.
+func TestWebApprovalOfAnotherAgentArrivesLive(t *testing.T) {
+	user, password, tok := webUser(t, "live")
+	mustPost(t, user, tok, "/agents", `{"name":"ops"}`, 201)
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	run(t, ctx, "the approvals page", chromedp.Navigate(baseURL+"/app/#/approvals"))
+	until(t, ctx, "nothing waits yet", `document.querySelector('#approval-list').textContent.includes('Nothing waits') && document.querySelector('#pending-pill').hidden`)
+	until(t, ctx, "a marker that a reload would wipe", `(window.sameLoad = true, true)`)
+	if r := post(t, user+"/agents/ops", tok, "/prompt", `{"text":"run: echo from ops","wait":false}`); r.Code != 202 {
+		t.Fatalf("prompt ops: %d %s", r.Code, r.Body)
+	}
+	until(t, ctx, "the count and the card, without a reload", `window.sameLoad === true && document.querySelector('#pending-pill-count').textContent === '1' && document.title.startsWith('(1)') && document.querySelector('#approval-list li.approval[data-agent="ops"]')?.textContent.includes('agent ops')`)
+	screenshots(t, ctx, "approvals-live")
+	run(t, ctx, "deny it on the page", chromedp.Click(chromedp.CSS(`#approval-list li.approval[data-agent="ops"] button[data-decision="deny"]`)))
+	until(t, ctx, "nothing waits again", `document.querySelector('#approval-list').textContent.includes('Nothing waits') && document.querySelector('#pending-pill').hidden && document.title === 'Affido'`)
+	if b := mustGet(t, user, tok, "/agents/ops/approvals").Body; strings.Contains(b, `"tool":"shell"`) {
+		t.Fatalf("the approval is still pending on ops: %s", b)
+	}
+}
+
+// Each conversation has an address: switching pushes it, Back returns to
+// the one before, a reload stays; a new conversation is named after its
+// first prompt.
+func TestWebConversationAddressesAndBack(t *testing.T) {
+	user, password, tok := webUser(t, "back")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	sendInBrowser(t, ctx, "is the homelab OK?")
+	until(t, ctx, "the reply", cardsWith("echo: is the homelab OK?")+` === 1`)
+	until(t, ctx, "named after its first prompt", `[...document.querySelectorAll('#conversation-list a')].some(a => a.textContent === 'is the homelab OK?') && document.querySelector('#where-title').textContent === 'is the homelab OK?'`)
+	first := evalString(t, ctx, `location.hash`)
+	if !strings.HasPrefix(first, "#/chat/") {
+		t.Fatalf("the address of the first conversation: %q", first)
+	}
+	run(t, ctx, "a new conversation", chromedp.Click(chromedp.ID("new-conversation")))
+	until(t, ctx, "its own address, empty", fmt.Sprintf(`location.hash.startsWith('#/chat/') && location.hash !== %q && document.querySelectorAll('#timeline li').length === 0`, first))
+	second := evalString(t, ctx, `location.hash`)
+	sendInBrowser(t, ctx, "water the plants")
+	until(t, ctx, "its reply", cardsWith("echo: water the plants")+` === 1`)
+	run(t, ctx, "back", chromedp.NavigateBack())
+	until(t, ctx, "the first conversation again", fmt.Sprintf(`location.hash === %q && %s === 1 && %s === 0`, first, cardsWith("echo: is the homelab OK?"), cardsWith("echo: water the plants")))
+	run(t, ctx, "forward", chromedp.NavigateForward())
+	until(t, ctx, "the second again", fmt.Sprintf(`location.hash === %q && %s === 1`, second, cardsWith("echo: water the plants")))
+	run(t, ctx, "reload", chromedp.Reload())
+	until(t, ctx, "still the second", fmt.Sprintf(`location.hash === %q && %s === 1 && %s === 0`, second, cardsWith("echo: water the plants"), cardsWith("echo: is the homelab OK?")))
+	_ = tok
+}
