@@ -177,6 +177,7 @@ func (s *Server) Handler() http.Handler {
 	}))
 	if s.Accounts != nil {
 		s.authRoutes(mux)
+		mux.HandleFunc("POST /api/render", s.serve(s.render))
 		if s.Owners != nil {
 			s.ownerRoutes(mux)
 		}
