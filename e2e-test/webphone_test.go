@@ -144,16 +144,17 @@ func TestWebRepliesAreMarkdownAndInert(t *testing.T) {
 	signInInBrowser(t, ctx, user, password)
 	until(t, ctx, "a trap for anything that runs", `(window.pwned = 0, true)`)
 	text := "**bold move** and `inline` <script>window.pwned = 1</script> <img src=x onerror=\"window.pwned = 2\"> [click](javascript:window.pwned=3) https://example.org/docs\n\n```go\nfmt.Println(\"hi\")\n```"
-	sendInBrowser(t, ctx, strings.ReplaceAll(text, "\n", "\\n")) // typed: the prompt box takes Enter as send
-	// The echo model replies with what it was sent; send the real text by API
-	// instead so the newlines are newlines.
+	// The echo model replies with what it is sent (its newlines set as the
+	// box's value: typed, Enter would send).
+	run(t, ctx, "send markdown", chromedp.SetValue(chromedp.ID("prompt"), text), chromedp.Click(chromedp.ID("send")))
 	until(t, ctx, "the reply rendered", `[...document.querySelectorAll('#timeline li.assistant .md strong')].some(s => s.textContent === 'bold move')`)
 	checks := map[string]string{
 		"no script, img or iframe from the model": `document.querySelectorAll('#timeline script, #timeline img, #timeline iframe, #timeline svg').length === 0`,
-		"nothing ran":                             `window.pwned === 0`,
-		"no javascript: link":                     `[...document.querySelectorAll('#timeline a')].every(a => !/^\s*javascript:/i.test(a.getAttribute('href') || ''))`,
-		"links open elsewhere, without referrer":  `[...document.querySelectorAll('#timeline .md a[href^="https://example.org"]')].every(a => a.target === '_blank' && /noopener/.test(a.rel)) && document.querySelectorAll('#timeline .md a[href^="https://example.org"]').length >= 1`,
-		"the script shows as text":                `[...document.querySelectorAll('#timeline li.assistant .md')].some(m => m.textContent.includes('window.pwned = 1'))`,
+		"nothing ran":                                           `window.pwned === 0`,
+		"no javascript: link":                                   `[...document.querySelectorAll('#timeline a')].every(a => !/^\s*javascript:/i.test(a.getAttribute('href') || ''))`,
+		"links open elsewhere, without referrer":                `[...document.querySelectorAll('#timeline .md a[href^="https://example.org"]')].every(a => a.target === '_blank' && /noopener/.test(a.rel)) && document.querySelectorAll('#timeline .md a[href^="https://example.org"]').length >= 1`,
+		"the code block keeps its language, with a copy button": `document.querySelector('#timeline li.assistant .md pre code.language-go') !== null && document.querySelector('#timeline li.assistant .code-box button.copy') !== null`,
+		"the script shows as text":                              `[...document.querySelectorAll('#timeline li.assistant .md')].some(m => m.textContent.includes('window.pwned = 1'))`,
 	}
 	for what, expr := range checks {
 		until(t, ctx, what, expr)
