@@ -214,3 +214,24 @@ func TestWebConversationAddressesAndBack(t *testing.T) {
 	until(t, ctx, "still the second", fmt.Sprintf(`location.hash === %q && %s === 1 && %s === 0`, second, cardsWith("echo: water the plants"), cardsWith("echo: is the homelab OK?")))
 	_ = tok
 }
+
+// A slow run shows a busy line and a Stop button; Stop ends it durably:
+// the conversation says "stopped by you", no reply comes, and the agent's
+// store has the stopped entry.
+func TestWebStopEndsASlowRun(t *testing.T) {
+	user, password, tok := webUser(t, "stop")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	sendInBrowser(t, ctx, "slow 60000: think for a minute")
+	until(t, ctx, "busy, with Stop", `!document.querySelector('#run-state').hidden && document.querySelector('#run-state').textContent.includes('Agent is') && !document.querySelector('#stop').hidden`)
+	screenshots(t, ctx, "busy")
+	run(t, ctx, "stop", chromedp.Click(chromedp.ID("stop")))
+	until(t, ctx, "stopped, not busy", `[...document.querySelectorAll('#timeline li.stopped')].some(li => li.textContent.includes('stopped by you')) && document.querySelector('#stop').hidden && document.querySelector('#run-state').hidden`)
+	b := mustGet(t, user, tok, "/inspect?limit=100").Body
+	if !strings.Contains(b, `"kind":"stopped"`) || strings.Contains(b, "echo: slow 60000") {
+		t.Fatalf("the store after Stop: %s", b)
+	}
+	sendInBrowser(t, ctx, "and now?")
+	until(t, ctx, "the next prompt runs", cardsWith("echo: and now?")+` === 1`)
+}

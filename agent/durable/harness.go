@@ -134,8 +134,9 @@ type Harness struct {
 	mu       sync.Mutex
 	resumed  bool
 	closed   bool
-	busy     map[int64]bool // task IDs with an invocation in flight
-	changed  map[int64]bool // busy tasks changed from outside their invocation
+	busy     map[int64]bool               // task IDs with an invocation in flight
+	changed  map[int64]bool               // busy tasks changed from outside their invocation
+	cancels  map[int64]context.CancelFunc // busy tasks: ends the invocation's context (Stop)
 	kick     chan struct{}
 	lastDue  time.Time
 	timer    *time.Timer
@@ -183,7 +184,7 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 		opts.Compaction.KeepRecent = 20
 	}
 	h := &Harness{store: store, opts: opts, tools: map[string]Tool{}, kinds: map[string]TaskKind{},
-		busy: map[int64]bool{}, changed: map[int64]bool{}, kick: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
+		busy: map[int64]bool{}, changed: map[int64]bool{}, cancels: map[int64]context.CancelFunc{}, kick: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
 	for _, t := range opts.Tools {
 		h.tools[t.Name] = t
 	}
@@ -455,10 +456,18 @@ func (h *Harness) Busy() bool {
 func (h *Harness) invoke(t Task) {
 	defer h.wg.Done()
 	id := t.ID // t is reloaded below, and is zero if that fails
+	// The invocation's own context: Stop ends it, so a model call or tool
+	// in flight for a stopped run is abandoned rather than waited for.
+	ctx, cancel := context.WithCancel(h.ctx)
+	h.mu.Lock()
+	h.cancels[id] = cancel
+	h.mu.Unlock()
 	defer func() {
+		cancel()
 		h.mu.Lock()
 		delete(h.busy, id)
 		delete(h.changed, id)
+		delete(h.cancels, id)
 		h.mu.Unlock()
 		h.notify()
 		h.poke()
@@ -493,10 +502,13 @@ func (h *Harness) invoke(t Task) {
 		}
 	}
 	for t.State == Running && h.ctx.Err() == nil {
-		next, err := h.step(kind, t)
+		next, err := h.step(ctx, kind, t)
 		if err != nil {
 			if h.ctx.Err() != nil {
 				return // closing: the step's work is not committed and reruns on reopen
+			}
+			if ctx.Err() != nil {
+				return // stopped (Stop): the task's end is committed already
 			}
 			if errors.Is(err, errChanged) {
 				h.opts.Log.Info("durable: task changed from outside during its step; the step's work is dropped", "task", t.ID, "kind", t.Kind)
@@ -519,7 +531,7 @@ func (h *Harness) invoke(t Task) {
 
 // step runs one step and commits its result. A panic or a step that made no
 // durable progress is an error (the task ends faulted).
-func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
+func (h *Harness) step(ctx context.Context, kind TaskKind, t Task) (next Task, err error) {
 	before := t
 	sc := &StepContext{h: h, task: &before}
 	defer func() {
@@ -527,7 +539,7 @@ func (h *Harness) step(kind TaskKind, t Task) (next Task, err error) {
 			err = fmt.Errorf("step panicked: %v", p)
 		}
 	}()
-	res, err := kind.Step(h.ctx, sc, t)
+	res, err := kind.Step(ctx, sc, t)
 	if err != nil {
 		return t, err
 	}

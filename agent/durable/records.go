@@ -37,6 +37,7 @@ const (
 	PolicyEntry      EntryKind = "policy"            // a change of the owner's rules, for the trace
 	JobRunEntry      EntryKind = "job_run"           // a scheduled job ran (Data: due, fired, lateness, missed times)
 	AgentEntry       EntryKind = "agent"             // a named agent was created, changed or deleted, for the trace
+	StoppedEntry     EntryKind = "stopped"           // the owner stopped a run (Text: why); not part of the context
 )
 
 // ToolCall is one call the model asked for.

@@ -163,6 +163,7 @@ func (s *Server) Handler() http.Handler {
 	handle("GET /file", s.file)
 	handle("DELETE /files", s.fileDelete)
 	handle("POST /prompt", s.prompt)
+	handle("POST /runs/{id}/stop", s.stop)
 	handle("POST "+sandboxapi.PausePath, s.pause)
 	handle("POST "+sandboxapi.WakePath, s.wake)
 	handle("PUT /uploads/{path...}", s.upload)

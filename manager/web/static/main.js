@@ -87,7 +87,7 @@ function track(e) {
     case 'tool_call': state.running.set(run, `running ${e.tool_name}`); break;
     case 'tool_result': state.running.set(run, 'working'); break;
     case 'assistant_message': if (!(e.tool_calls || []).length) state.running.delete(run); else state.running.set(run, 'working'); break;
-    case 'error': state.running.delete(run); break;
+    case 'error': case 'stopped': state.running.delete(run); break;
     default:
   }
 }
@@ -104,7 +104,23 @@ function busyLine() {
   line.textContent = text;
   line.hidden = !text;
   line.classList.toggle('idle', waits);
+  $('stop').hidden = state.running.size === 0;
 }
+
+// Stop ends this conversation's runs, durably: the agent writes "stopped"
+// into the conversation, and the busy line goes with it.
+$('stop').addEventListener('click', async () => {
+  const runs = [...state.running.keys()];
+  $('stop').disabled = true;
+  try {
+    for (const run of runs) await post(`${agent}/runs/${rid(run)}/stop`).catch((err) => { if (err.status !== 409) throw err; });
+    sendError('');
+  } catch (err) {
+    sendError(`Could not stop: ${err.message}`);
+  } finally {
+    $('stop').disabled = false;
+  }
+});
 
 const stream = new Stream({
   onEntry: (e) => {

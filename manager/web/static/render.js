@@ -54,10 +54,12 @@ export class Timeline {
     this.calls = new Map();      // tool call id -> its <details> row
     this.approvals = new Map();  // approval id -> its card
     this.decisions = new Map();  // approval id -> decision data
+    this.stopped = new Set();    // runs the owner stopped: their late deltas are dropped
   }
 
   // delta shows a reply as it streams in; its stored entry replaces it.
   delta(d) {
+    if (this.stopped.has(d.run_id)) return;
     let card = this.drafts.get(d.run_id);
     if (d.text === '') { // a new attempt of the model call: start over
       if (card) card.querySelector('.text').textContent = '';
@@ -76,7 +78,7 @@ export class Timeline {
   add(e) {
     if (this.seen.has(e.id)) return;
     this.seen.add(e.id);
-    if (e.kind === 'assistant_message' || e.kind === 'error') {
+    if (e.kind === 'assistant_message' || e.kind === 'error' || e.kind === 'stopped') {
       const draft = this.drafts.get(e.run_id);
       if (draft) { draft.remove(); this.drafts.delete(e.run_id); }
     }
@@ -161,6 +163,11 @@ export class Timeline {
       case 'summary': return el('li', { class: 'note', text: `summary of the earlier conversation: ${e.text}` });
       case 'reminder': return el('li', { class: 'note', text: e.text });
       case 'error': return el('li', { class: 'error', text: e.text });
+      case 'stopped': {
+        this.stopped.add(e.run_id);
+        for (const card of this.list.querySelectorAll(`li.approval[data-run="${Number(e.run_id)}"]`)) this.markDecided(card, { decision: 'closed: the run was stopped' });
+        return el('li', { class: 'note stopped' }, el('span', { class: 'label', text: 'stopped by you' }));
+      }
       default: return null; // hints and citation records are not cards
     }
   }
