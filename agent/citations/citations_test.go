@@ -151,6 +151,16 @@ func TestBadRepliesAreRejectedAndWriteNothing(t *testing.T) {
 			if !strings.Contains(task.Error, tc.reason) {
 				t.Fatalf("reasons %q, want %q", task.Error, tc.reason)
 			}
+			// Each refusal is said in the conversation (and the trace), the
+			// last as the run's error, every one with its reason.
+			if g, x := count(es, durable.GateEntry), count(es, durable.ErrorEntry); g < 1 || x != 1 {
+				t.Fatalf("%d gate entries and %d errors: %v", g, x, es)
+			}
+			for _, en := range es {
+				if (en.Kind == durable.GateEntry || en.Kind == durable.ErrorEntry) && !strings.Contains(en.Text, tc.reason) {
+					t.Fatalf("%s entry without the reason %q: %q", en.Kind, tc.reason, en.Text)
+				}
+			}
 			rep, _ := citations.Check(ctx, e.h.Store(), e.corpus, sub.TaskID)
 			if rep.Status != "attribution_failed" {
 				t.Fatalf("report %+v", rep)

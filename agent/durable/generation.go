@@ -165,6 +165,7 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 		}
 		h.opts.OnDelta(t.ConversationID, t.ID, "") // a new attempt: what an earlier one streamed is void
 	}
+	started := h.Now()
 	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, onDelta)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -197,18 +198,27 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 		if reason != "" {
 			cp.Rejections = append(cp.Rejections, reason)
 			cp.Turn++
+			// The refusal is said in the conversation and kept in the trace.
+			note := Entry{ID: entryID, ConversationID: t.ConversationID, Kind: GateEntry, Text: reason, At: h.Now(), RunID: t.ID,
+				Data: mustRaw(map[string]int{"refusal": len(cp.Rejections), "of": maxRejections + 1})}
 			if len(cp.Rejections) > maxRejections {
 				sub.Status, sub.Reason = Unanswered, "attribution_failed"
+				note.Kind, note.IsError = ErrorEntry, true
+				note.Text = fmt.Sprintf("no reply: the citation gate refused %d replies (%s)", len(cp.Rejections), strings.Join(cp.Rejections, "; "))
+				note.Data = mustRaw(map[string]string{"reason": "attribution_failed"})
 				return StepResult{Task: t.end(h.Now(), Failed, "attribution_failed: "+strings.Join(cp.Rejections, "; ")),
-					Submissions: []Submission{sub}, Usage: modelUsage(t.ConversationID, resp)}, nil
+					Entries: []Entry{note}, Submissions: []Submission{sub}, Usage: modelUsage(t.ConversationID, resp)}, nil
 			}
 			t.Checkpoint = mustRaw(cp)
-			return StepResult{Task: t, Usage: modelUsage(t.ConversationID, resp)}, nil
+			return StepResult{Task: t, Entries: []Entry{note}, Usage: modelUsage(t.ConversationID, resp)}, nil
 		}
 		extra = more
 	}
+	// The call's tokens and duration, for the trace.
 	entry := Entry{ID: entryID, ConversationID: t.ConversationID, Kind: AssistantMessage, Text: resp.Text, At: h.Now(),
-		RunID: t.ID, Model: resp.Model, ToolCalls: resp.ToolCalls}
+		RunID: t.ID, Model: resp.Model, ToolCalls: resp.ToolCalls,
+		Data: mustRaw(map[string]int64{"input_tokens": resp.Usage.InputTokens, "output_tokens": resp.Usage.OutputTokens,
+			"duration_ms": h.Now().Sub(started).Milliseconds()})}
 	res := StepResult{Entries: append([]Entry{entry}, extra...), Usage: modelUsage(t.ConversationID, resp)}
 	cp.Turn++
 	cp.Attempt, cp.Rejections = 0, nil

@@ -38,6 +38,7 @@ const (
 	JobRunEntry      EntryKind = "job_run"           // a scheduled job ran (Data: due, fired, lateness, missed times)
 	AgentEntry       EntryKind = "agent"             // a named agent was created, changed or deleted, for the trace
 	StoppedEntry     EntryKind = "stopped"           // the owner stopped a run (Text: why); not part of the context
+	GateEntry        EntryKind = "gate"              // the citation gate refused a reply (Text: why; the run tries again); not part of the context
 )
 
 // ToolCall is one call the model asked for.

@@ -322,13 +322,67 @@ async function loadTrace(more) {
   renderTrace();
 }
 
+// renderTrace shows the entries as a tree: each run (newest first), its
+// model calls with their tokens and duration, each call's tool calls with
+// their results; entries of no run stand alone. Each entry has an anchor
+// (#entry-<id>) that Activity links to.
 function renderTrace() {
   const kind = $('trace-kind').value;
-  $('trace').replaceChildren(...trace.entries.filter((e) => !kind || e.kind === kind).map((e) => {
-    const head = `#${e.id} ${e.kind}${e.tool_name ? ` ${e.tool_name}` : ''}${e.run_id ? ` run ${e.run_id}` : ''} `;
-    const body = e.text || (e.arguments ? JSON.stringify(e.arguments) : '') || (e.tool_calls ? JSON.stringify(e.tool_calls) : '');
-    return el('li', { 'data-kind': e.kind, id: `entry-${e.id}` }, el('strong', { text: head }), stamp(e.at), el('div', { text: body }));
-  }));
+  const shown = trace.entries.filter((e) => !kind || e.kind === kind);
+  const runs = new Map(); // run id -> its entries, oldest first
+  const items = [];       // [sort key, element]
+  for (const e of shown) {
+    if (!e.run_id) { items.push([e.id, traceRow(e)]); continue; }
+    if (!runs.has(e.run_id)) runs.set(e.run_id, []);
+    runs.get(e.run_id).push(e);
+  }
+  for (const [run, list] of runs) {
+    list.sort((a, b) => a.id - b.id);
+    items.push([list[list.length - 1].id, traceRun(run, list)]);
+  }
+  items.sort((a, b) => b[0] - a[0]);
+  $('trace').replaceChildren(...items.map((i) => i[1]));
+}
+
+const usageOf = (e) => {
+  try { return typeof e.data === 'string' ? JSON.parse(e.data) : (e.data || {}); } catch { return {}; }
+};
+
+function traceRow(e) {
+  const head = `#${e.id} ${e.kind}${e.tool_name ? ` ${e.tool_name}` : ''} `;
+  const body = e.text || (e.arguments ? JSON.stringify(e.arguments) : '') || (e.tool_calls ? JSON.stringify(e.tool_calls) : '');
+  return el('li', { 'data-kind': e.kind, id: `entry-${e.id}` }, el('strong', { text: head }), stamp(e.at), el('div', { text: body }));
+}
+
+function traceRun(run, list) {
+  let inTok = 0; let outTok = 0; let calls = 0;
+  const children = [];
+  const byCall = new Map(); // tool call id -> its <ol>
+  for (const e of list) {
+    if (e.kind === 'assistant_message') {
+      const u = usageOf(e);
+      calls += 1; inTok += u.input_tokens || 0; outTok += u.output_tokens || 0;
+      const sub = el('ol');
+      const li = el('li', { 'data-kind': e.kind, id: `entry-${e.id}`, class: 'model-call' },
+        el('strong', { text: `model call ${e.model || ''}` }), ' ',
+        el('span', { class: 'label', text: `${u.input_tokens ?? '?'} in · ${u.output_tokens ?? '?'} out tokens · ${u.duration_ms ?? '?'} ms` }),
+        e.text ? el('div', { text: e.text }) : null, sub);
+      for (const tc of e.tool_calls || []) {
+        const calls2 = el('ol');
+        sub.append(el('li', { 'data-kind': 'tool_call' }, el('strong', { text: `tool ${tc.name}` }), el('div', { text: typeof tc.arguments === 'string' ? tc.arguments : JSON.stringify(tc.arguments) }), calls2));
+        byCall.set(tc.id, calls2);
+      }
+      children.push(li);
+    } else if ((e.kind === 'tool_call' || e.kind === 'tool_result' || e.kind === 'outside_text') && byCall.has(e.tool_call_id)) {
+      byCall.get(e.tool_call_id).append(traceRow(e));
+    } else {
+      children.push(traceRow(e));
+    }
+  }
+  const first = list[0]; const last = list[list.length - 1];
+  const ms = new Date(last.at) - new Date(first.at);
+  const summary = `run ${run} · ${calls} model call${calls === 1 ? '' : 's'} · ${inTok} in / ${outTok} out tokens · ${Number.isFinite(ms) ? `${(ms / 1000).toFixed(1)} s` : ''}`;
+  return el('li', { class: 'run', 'data-run': run }, el('details', { open: true }, el('summary', {}, el('strong', { text: summary }), ' ', stamp(first.at)), el('ol', {}, ...children)));
 }
 
 // renderApprovalsPage lists every agent's waiting approvals, oldest first,
@@ -359,7 +413,8 @@ function renderApprovalsPage(lists) {
 
 const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings, approvals: refreshPending };
 
-// route reads the address: #/chat/<id>, #/chat or #/<page>.
+// route reads the address: #/chat/<id>, #/chat, #/trace/<entry id> or
+// #/<page>.
 function route() {
   const [page, arg] = location.hash.replace(/^#\/?/, '').split('?')[0].split('/');
   return { page: $(`page-${page}`) ? page : 'chat', conversation: /^[1-9][0-9]{0,15}$/.test(arg || '') ? Number(arg) : 0 };
@@ -385,7 +440,13 @@ function showPage() {
     }
     return;
   }
-  if (pageLoaders[page]) pageLoaders[page]().catch((err) => banner(err.message));
+  if (pageLoaders[page]) {
+    pageLoaders[page]().then(() => {
+      // #/trace/<entry id>: that entry, in view and marked.
+      const target = page === 'trace' && conversation ? $(`entry-${conversation}`) : null;
+      if (target) { target.classList.add('target'); target.scrollIntoView({ block: 'center' }); }
+    }).catch((err) => banner(err.message));
+  }
 }
 
 $('prompt-form').addEventListener('submit', (ev) => { ev.preventDefault(); sendPrompt(); });

@@ -182,7 +182,7 @@ export async function showActivity() {
   const filter = $('activity-filter').value;
   $('activity-list').replaceChildren(...rows.filter((r) => !filter || r.source === filter).map((r) => {
     const li = el('li', { 'data-source': r.source }, el('strong', { text: `${when(r.at)} ${r.source} ` }), el('span', { text: r.text }));
-    if (r.entry) li.append(' ', el('a', { href: `#/trace`, text: `entry ${r.entry}` }));
+    if (r.entry) li.append(' ', el('a', { href: `#/trace/${Number(r.entry)}`, text: `entry ${r.entry}` }));
     return li;
   }));
 }

@@ -78,7 +78,7 @@ export class Timeline {
   add(e) {
     if (this.seen.has(e.id)) return;
     this.seen.add(e.id);
-    if (e.kind === 'assistant_message' || e.kind === 'error' || e.kind === 'stopped') {
+    if (e.kind === 'assistant_message' || e.kind === 'error' || e.kind === 'stopped' || e.kind === 'gate') {
       const draft = this.drafts.get(e.run_id);
       if (draft) { draft.remove(); this.drafts.delete(e.run_id); }
     }
@@ -163,6 +163,11 @@ export class Timeline {
       case 'summary': return el('li', { class: 'note', text: `summary of the earlier conversation: ${e.text}` });
       case 'reminder': return el('li', { class: 'note', text: e.text });
       case 'error': return el('li', { class: 'error', text: e.text });
+      case 'gate': {
+        const d = (e.data && typeof e.data === 'object') ? e.data : {};
+        const n = d.refusal && d.of ? ` (${d.refusal} of ${d.of})` : '';
+        return el('li', { class: 'note gate', text: `The citation gate refused a reply${n}: ${e.text}. The agent tries again.` });
+      }
       case 'stopped': {
         this.stopped.add(e.run_id);
         for (const card of this.list.querySelectorAll(`li.approval[data-run="${Number(e.run_id)}"]`)) this.markDecided(card, { decision: 'closed: the run was stopped' });
