@@ -209,7 +209,7 @@ func TestScratchIsEmptiedAfterEveryCall(t *testing.T) {
 	if err := os.Mkdir(shm, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	out, code := p.run(t, "echo x > shm/a; echo y > shm/.hidden; mkdir -p shm/d/e; echo z > shm/d/e/f; chmod 500 shm/d; (while :; do echo w >> shm/later; sleep 0.01; done) & ls -A shm | wc -l", 5*time.Second)
+	out, code := p.run(t, "echo x > shm/a; echo y > shm/.hidden; mkdir -p shm/d/e; echo z > shm/d/e/f; chmod 500 shm/d; (while :; do echo w >> shm/later; sleep 0.01; done) & until [ -e shm/later ]; do sleep 0.01; done; ls -A shm | wc -l", 30*time.Second)
 	if code != 0 || strings.TrimSpace(out) != "4" {
 		t.Fatalf("first call: %d %q", code, out)
 	}
