@@ -14,6 +14,7 @@ type Conversation struct {
 	Title     string            `json:"title,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	Settings  map[string]string `json:"settings,omitempty"` // e.g. "model", "citations"
+	Archived  bool              `json:"archived,omitempty"` // put away by the owner: not listed unless asked for
 }
 
 // EntryKind says what an entry is.

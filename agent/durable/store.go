@@ -597,6 +597,21 @@ func (s *Store) RenameConversation(ctx context.Context, id int64, title string) 
 	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.title', ?) WHERE id = ?`, title, id)
 }
 
+// ArchiveConversation puts a conversation away, or back (ErrNotFound if
+// there is none). Nothing of it is deleted: it stays readable by its id.
+func (s *Store) ArchiveConversation(ctx context.Context, id int64, archived bool) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if _, err := s.Conversation(ctx, id); err != nil {
+		return err
+	}
+	if !archived {
+		return s.db.Run(ctx, `UPDATE conversations SET record = json_remove(record, '$.archived') WHERE id = ?`, id)
+	}
+	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.archived', json('true')) WHERE id = ?`, id)
+}
+
 // RunInput returns the input of the submission a run (a generation task)
 // answers: who sent it and at which hop. A task that answers no submission
 // has the zero Input.

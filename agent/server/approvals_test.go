@@ -427,6 +427,35 @@ func TestHousekeepingRoutes(t *testing.T) {
 	if code, m := a.do("POST", "/session/rename", `{"id":1,"title":"garden"}`); code != 200 || m["title"] != "garden" {
 		t.Fatalf("rename: %d %v", code, m)
 	}
+	// Archive: put away (not listed, still readable), listed with
+	// ?archived=1, put back. Tried: no "archived", an unknown conversation.
+	listed := func(q string) bool {
+		_, m := a.do("GET", "/sessions"+q, "")
+		for _, c := range m["conversations"].([]any) {
+			if c.(map[string]any)["id"] == float64(1) {
+				return true
+			}
+		}
+		return false
+	}
+	if code, m := a.do("POST", "/session/archive", `{"id":1,"archived":true}`); code != 200 || m["archived"] != true {
+		t.Fatalf("archive: %d %v", code, m)
+	}
+	if listed("") || !listed("?archived=1") {
+		t.Fatalf("after archiving: listed %v, among the archived %v", listed(""), listed("?archived=1"))
+	}
+	if code, _ := a.do("GET", "/inspect?conversation=1", ""); code != 200 {
+		t.Fatalf("an archived conversation by its id: %d", code)
+	}
+	if code, m := a.do("POST", "/session/archive", `{"id":1,"archived":false}`); code != 200 || m["archived"] != false || !listed("") || listed("?archived=1") {
+		t.Fatalf("unarchive: %d %v", code, m)
+	}
+	if code, _ := a.do("POST", "/session/archive", `{"id":1}`); code != 400 {
+		t.Fatalf("archive without archived: %d", code)
+	}
+	if code, _ := a.do("POST", "/session/archive", `{"id":999,"archived":true}`); code != 404 {
+		t.Fatalf("archive an unknown conversation: %d", code)
+	}
 	if code, _ := a.do("POST", "/session/rename", `{"id":999,"title":"x"}`); code != 404 {
 		t.Fatalf("rename unknown: %d", code)
 	}

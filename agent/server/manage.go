@@ -55,6 +55,35 @@ func (s *Server) sessionRename(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
+// sessionArchive puts a conversation away ({"id", "archived": true}) or
+// back (false); GET /sessions lists only those not archived unless
+// ?archived=1, which lists only the archived.
+func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		ID       int64 `json:"id"`
+		Archived *bool `json:"archived"`
+	}
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	if body.Archived == nil {
+		return problem.New(http.StatusBadRequest, "missing-archived", "archived (true or false) is required")
+	}
+	h, err := s.harness(r)
+	if err != nil {
+		return err
+	}
+	err = h.Store().ArchiveConversation(r.Context(), body.ID, *body.Archived)
+	switch {
+	case errors.Is(err, durable.ErrNotFound):
+		return problem.New(http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", body.ID))
+	case err != nil:
+		return err
+	default:
+		return s.writeConversation(w, r, h, body.ID)
+	}
+}
+
 func (s *Server) reminderList(w http.ResponseWriter, r *http.Request) error {
 	h, err := s.harness(r)
 	if err != nil {

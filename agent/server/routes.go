@@ -62,7 +62,7 @@ func (s *Server) writeConversation(w http.ResponseWriter, r *http.Request, h *du
 		return err
 	}
 	n, _ := h.Store().EntryCount(r.Context(), conv)
-	writeJSON(w, http.StatusOK, map[string]any{"conversation_id": c.ID, "title": c.Title, "created_at": c.CreatedAt, "entry_count": n, "settings": c.Settings})
+	writeJSON(w, http.StatusOK, map[string]any{"conversation_id": c.ID, "title": c.Title, "created_at": c.CreatedAt, "entry_count": n, "settings": c.Settings, "archived": c.Archived})
 	return nil
 }
 
@@ -76,7 +76,14 @@ func (s *Server) sessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"current": conv, "conversations": p.Items, "next": p.Next})
+	archived := r.URL.Query().Get("archived") == "1"
+	list := []durable.Conversation{}
+	for _, c := range p.Items {
+		if c.Archived == archived {
+			list = append(list, c)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"current": conv, "conversations": list, "next": p.Next})
 	return nil
 }
 

@@ -154,6 +154,7 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /session/new", s.sessionNew)
 	handle("POST /session/switch", s.sessionSwitch)
 	handle("POST /session/rename", s.sessionRename)
+	handle("POST /session/archive", s.sessionArchive)
 	handle("GET /reminders", s.reminderList)
 	handle("POST /reminders/{id}/cancel", s.reminderCancel)
 	handle("POST /reset", s.reset)

@@ -153,7 +153,8 @@ const live = new Live({
 // first, those matching the search only.
 function renderConversations() {
   const q = $('conversation-search').value.trim().toLowerCase();
-  const items = [...state.conversations.values()].filter((c) => !q || titleOf(c).toLowerCase().includes(q));
+  const archived = $('show-archived').checked;
+  const items = [...state.conversations.values()].filter((c) => !!c.archived === archived && (!q || titleOf(c).toLowerCase().includes(q)));
   $('conversation-list').replaceChildren(...items.map((c) => {
     const a = el('a', { href: `#/chat/${Number(c.id)}`, text: titleOf(c), title: titleOf(c) });
     if (c.id === state.conversation) a.setAttribute('aria-current', 'true');
@@ -162,10 +163,29 @@ function renderConversations() {
   if (!items.length) $('conversation-list').replaceChildren(el('li', { class: 'empty', text: q ? 'No conversation has that in its title.' : 'No conversations yet.' }));
 }
 $('conversation-search').addEventListener('input', renderConversations);
+$('show-archived').addEventListener('change', () => listConversations().catch((err) => banner(err.message)));
+// Archive puts the conversation away (or back): it leaves the list, and
+// stays readable at its address.
+$('archive').addEventListener('click', () => {
+  const c = state.conversations.get(state.conversation);
+  const archived = !(c && c.archived);
+  post(`${agent}/session/archive`, { id: state.conversation, archived }).then((r) => {
+    state.conversations.set(state.conversation, { ...(c || { id: state.conversation }), archived: r.archived });
+    showArchived();
+    return listConversations();
+  }).catch((err) => banner(err.message));
+});
+
+function showArchived() {
+  const c = state.conversations.get(state.conversation);
+  $('archive').textContent = c && c.archived ? 'Unarchive' : 'Archive';
+}
 
 async function listConversations() {
-  const sessions = await get(`${agent}/sessions`);
+  const sessions = await get(`${agent}/sessions${$('show-archived').checked ? '?archived=1' : ''}`);
+  const shown = state.conversations.get(state.conversation); // kept, even when not listed
   state.conversations = new Map((sessions.conversations || []).map((c) => [c.id, c]));
+  if (shown && !state.conversations.has(shown.id)) state.conversations.set(shown.id, shown);
   renderConversations();
   return sessions.current;
 }
@@ -181,6 +201,7 @@ async function loadConversation(id) {
   if (!id) history.replaceState(null, '', `#/chat/${state.conversation}`);
   renderConversations();
   showWhere();
+  showArchived();
   timeline.clear();
   shownCitations.clear();
   state.running.clear();
