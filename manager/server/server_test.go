@@ -229,7 +229,7 @@ func TestGuessesAreThrottledWithoutLookups(t *testing.T) {
 
 type fullQueue struct{}
 
-func (fullQueue) EnqueueNotification(context.Context, string, string, string, *time.Time, int) (bool, error) {
+func (fullQueue) EnqueueNotification(context.Context, string, registry.Notification, int) (bool, error) {
 	return false, fmt.Errorf("enqueue: %w", registry.ErrQueueFull)
 }
 

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
 )
 
@@ -67,7 +69,8 @@ func (s *Server) spendLimitReached(user string) {
 	defer cancel()
 	day := time.Now().UTC().Format("2006-01-02")
 	text := fmt.Sprintf("Your agent stopped: its spend limit was reached on %s. Raise today's limit once with POST /api/spend/another-day.", day)
-	if _, err := s.Notifications.EnqueueNotification(ctx, user, "spend-limit-"+day, text, nil, 1<<30); err != nil {
+	n := registry.Notification{Key: "spend-limit-" + day, Text: text, Kind: gatewayapi.KindSpend}
+	if _, err := s.Notifications.EnqueueNotification(ctx, user, n, 1<<30); err != nil {
 		s.Log.Warn("spend limit: owner not notified", "user", user, "err", err)
 		return
 	}
