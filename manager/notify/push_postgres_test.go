@@ -2,12 +2,11 @@ package notify
 
 import (
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/affido/affido/manager/registry"
-	"github.com/affido/affido/migrations"
+	"github.com/affido/affido/manager/registry/registrytest"
 )
 
 // On the real registry (AFFIDO_TEST_POSTGRES_DSN, a database the test may
@@ -16,23 +15,8 @@ import (
 // last_sent_at set; one that answers 410 Gone drops the subscription, and
 // with nothing else to reach the notification fails.
 func TestPostgresPushOnlyDeliveryAndGone(t *testing.T) {
-	dsn := os.Getenv("AFFIDO_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		t.Skip("needs Postgres: set AFFIDO_TEST_POSTGRES_DSN")
-	}
 	ctx := t.Context()
-	store, err := registry.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	ms, err := registry.LoadMigrations(migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Migrate(ctx, ms); err != nil {
-		t.Fatal(err)
-	}
+	store := registrytest.Store(t)
 	keys, err := LoadVAPID(ctx, store)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -341,14 +340,7 @@ func TestPushGoesWithTheFirstTryOnly(t *testing.T) {
 // nothing reaches it, and the notification's ntfy delivery goes on.
 func TestInwardPushEndpointIsRefusedAndNtfyStillDelivers(t *testing.T) {
 	var innerHits atomic.Int64
-	inner := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { innerHits.Add(1) }))
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("listen on 127.0.0.2: %v", err)
-	}
-	inner.Listener = ln
-	inner.StartTLS()
-	defer inner.Close()
+	inner := inwardServer(t, true, func(w http.ResponseWriter, r *http.Request) { innerHits.Add(1) })
 	var ntfyHits atomic.Int64
 	ntfy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ntfyHits.Add(1) }))
 	defer ntfy.Close()

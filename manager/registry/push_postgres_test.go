@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/registry/registrytest"
 )
 
 func pushSub(endpoint string, b byte) registry.PushSubscription {
@@ -34,7 +35,7 @@ func endpoints(t *testing.T, store *registry.Store, user string) []string {
 // The VAPID pair is stored once: whoever asks later gets the first pair.
 // (The database may hold a pair already: the test's is then not stored.)
 func TestPostgresVAPIDKeysAreStoredOnce(t *testing.T) {
-	store := postgresStore(t)
+	store := registrytest.Store(t)
 	pair := func() ([]byte, []byte) {
 		k, err := ecdh.P256().GenerateKey(rand.Reader)
 		if err != nil {
@@ -59,7 +60,7 @@ func TestPostgresVAPIDKeysAreStoredOnce(t *testing.T) {
 // endpoint subscribed again moves to the new session; past the cap the
 // oldest goes; a push service's "gone" drops it; tries are recorded.
 func TestPostgresPushSubscriptionsFollowTheirSession(t *testing.T) {
-	store := postgresStore(t)
+	store := registrytest.Store(t)
 	ctx := t.Context()
 	user := "pgpush-" + registry.NewToken()[:12]
 	other := user + "-other"
@@ -207,7 +208,7 @@ func TestPostgresPushSubscriptionsFollowTheirSession(t *testing.T) {
 // expire moves every session of user into the past.
 func expire(t *testing.T, user string) {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), postgresDSN(t))
+	conn, err := pgx.Connect(t.Context(), registrytest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/registry"
-	"github.com/affido/affido/migrations"
+	"github.com/affido/affido/manager/registry/registrytest"
 )
 
 // On the real registry (AFFIDO_TEST_POSTGRES_DSN, a database the test may
@@ -19,23 +18,8 @@ import (
 // does, by sign-out or by a revoke from another session, and an API token
 // cannot subscribe.
 func TestPostgresSignOutAndRevokeDropPushSubscriptions(t *testing.T) {
-	dsn := os.Getenv("AFFIDO_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		t.Skip("needs Postgres: set AFFIDO_TEST_POSTGRES_DSN")
-	}
 	ctx := t.Context()
-	store, err := registry.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	ms, err := registry.LoadMigrations(migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Migrate(ctx, ms); err != nil {
-		t.Fatal(err)
-	}
+	store := registrytest.Store(t)
 	user := "pgpush-" + registry.NewToken()[:12]
 	hash, _ := account.Hash("right password", cheap)
 	if err := store.SetPassword(ctx, user, hash); err != nil {
