@@ -218,7 +218,7 @@ func serve(ctx context.Context) error {
 		WorkerSystem: workerPrompt,
 		// The owner hears of every approval through the notification path.
 		OnApproval: func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task {
-			return []durable.Task{reminders.Notice("approval", approvalNotice(agent, a, proposal, cmp.Or(id.User(), "<you>")), a.AskedAt)}
+			return []durable.Task{reminders.Notice(gatewayapi.KindApproval, agent, approvalNotice(agent, a, proposal, cmp.Or(id.User(), "<you>")), a.AskedAt)}
 		},
 		Harness: durable.Options{
 			System:     systemPrompt,

@@ -226,10 +226,10 @@ func (c *Client) ReportWake(ctx context.Context, at time.Time) error {
 	return c.post(ctx, gatewayapi.WakeAtPath, "report wake", gatewayapi.WakeAt{At: v})
 }
 
-// Notify hands a notification to the manager through the gateway. key makes
-// repeated hand-offs of the same notification one delivery.
-func (c *Client) Notify(ctx context.Context, key, text string, due time.Time) error {
-	return c.post(ctx, gatewayapi.NotifyPath, "notify", gatewayapi.Notification{Key: key, Text: text, DueAt: &due})
+// Notify hands a notification to the manager through the gateway. Its key
+// makes repeated hand-offs of the same notification one delivery.
+func (c *Client) Notify(ctx context.Context, n gatewayapi.Notification) error {
+	return c.post(ctx, gatewayapi.NotifyPath, "notify", n)
 }
 
 // Fetch asks the gateway to fetch a URL (fetch_url): the manager fetches

@@ -43,7 +43,7 @@ func TestTokenIsReadAtEachCall(t *testing.T) {
 	c := modelclient.New(srv.URL+gatewayapi.Prefix, func() string { return token })
 	for _, tok := range []string{"first", "rotated"} {
 		token = tok
-		if err := c.Notify(context.Background(), "k", "text", time.Now()); err != nil {
+		if err := c.Notify(context.Background(), gatewayapi.Notification{Key: "k", Text: "text"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,15 +59,17 @@ func TestNotifyAndReportWake(t *testing.T) {
 	c := modelclient.New(gatewaytest.Start(t, g), func() string { return "t" })
 	due := time.Date(2026, 11, 29, 15, 0, 0, 0, time.UTC)
 	for range 2 {
-		if err := c.Notify(context.Background(), "reminder-1", "water the plants", due); err != nil {
+		if err := c.Notify(context.Background(), gatewayapi.Notification{Key: "reminder-1", Text: "water the plants", DueAt: &due,
+			Kind: gatewayapi.KindReminder, Agent: "worker"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := g.Notifications(); len(n) != 1 || n[0].Key != "reminder-1" || n[0].Text != "water the plants" || !n[0].DueAt.Equal(due) {
+	if n := g.Notifications(); len(n) != 1 || n[0].Key != "reminder-1" || n[0].Text != "water the plants" || !n[0].DueAt.Equal(due) ||
+		n[0].Kind != gatewayapi.KindReminder || n[0].Agent != "worker" {
 		t.Fatalf("notifications %+v", n)
 	}
 	var ge *modelclient.GatewayError
-	if err := c.Notify(context.Background(), "", "no key", due); !errors.As(err, &ge) || ge.Status != 400 {
+	if err := c.Notify(context.Background(), gatewayapi.Notification{Text: "no key", DueAt: &due}); !errors.As(err, &ge) || ge.Status != 400 {
 		t.Fatalf("a notification without a key: %v", err)
 	}
 	if err := c.ReportWake(context.Background(), due); err != nil {

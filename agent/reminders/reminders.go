@@ -17,13 +17,14 @@ import (
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/internal/gatewayapi"
 )
 
 // Kind is the task kind name.
 const Kind = "reminder"
 
-// Notifier hands a notification to the manager. key makes it idempotent.
-type Notifier func(ctx context.Context, key, text string, due time.Time) error
+// Notifier hands a notification to the manager. Its key makes it idempotent.
+type Notifier func(ctx context.Context, n gatewayapi.Notification) error
 
 type checkpoint struct {
 	// Key names the notification: random and stored with the reminder, so
@@ -31,7 +32,9 @@ type checkpoint struct {
 	Key     string    `json:"key,omitempty"`
 	Text    string    `json:"text"`
 	Due     time.Time `json:"due"`
-	Phase   string    `json:"phase"` // "wait", then "notify"
+	Kind    string    `json:"kind,omitempty"`  // gatewayapi's Kind constants ("" before kinds)
+	Agent   string    `json:"agent,omitempty"` // the agent it is from, if known
+	Phase   string    `json:"phase"`           // "wait", then "notify"
 	Late    bool      `json:"late,omitempty"`
 	Attempt int       `json:"attempt,omitempty"`
 }
@@ -69,7 +72,7 @@ func (k Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task)
 		if key == "" { // stored by an agent before keys were random
 			key = fmt.Sprintf("reminder-%d", t.ID)
 		}
-		err := k.Notify(ctx, key, cp.Text, cp.Due)
+		err := k.Notify(ctx, gatewayapi.Notification{Key: key, Text: cp.Text, DueAt: &cp.Due, Kind: cp.Kind, Agent: cp.Agent})
 		if err == nil {
 			t.State, t.Outcome, t.Deadline = durable.Terminal, durable.Completed, nil
 			return durable.StepResult{Task: t}, nil
@@ -139,7 +142,7 @@ func Tools() []durable.Tool {
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				cp := checkpoint{Key: newKey("reminder"), Text: a.Text, Due: due, Phase: "wait", Late: due.Before(c.Now)}
+				cp := checkpoint{Key: newKey("reminder"), Text: a.Text, Due: due, Kind: gatewayapi.KindReminder, Phase: "wait", Late: due.Before(c.Now)}
 				raw, _ := json.Marshal(cp)
 				out := fmt.Sprintf("Reminder set for %s: %s", due.Format(time.RFC3339), a.Text)
 				if cp.Late {
@@ -260,12 +263,11 @@ func newKey(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
-// Notice returns a task that hands one notification to the gateway, with
-// the same stored retries as a reminder's (for an approval waiting on the
-// owner, for example). Its key is kind and a random part, so it is
-// delivered once and the manager can tell what it is (its live stream
-// says "approval" for keys "approval-…").
-func Notice(kind, text string, at time.Time) durable.Task {
-	raw, _ := json.Marshal(checkpoint{Key: newKey(kind), Text: text, Due: at, Phase: "notify"})
+// Notice returns a task that hands one notification of kind (gatewayapi's
+// Kind constants) from agent to the gateway, with the same stored retries
+// as a reminder's (for an approval waiting on the owner, for example). Its
+// key is random, so it is delivered once.
+func Notice(kind, agent, text string, at time.Time) durable.Task {
+	raw, _ := json.Marshal(checkpoint{Key: newKey("notice"), Text: text, Due: at, Kind: kind, Agent: agent, Phase: "notify"})
 	return durable.Task{Kind: Kind, State: durable.Pending, Checkpoint: raw, Background: true}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
 	"github.com/affido/affido/agent/reminders"
+	"github.com/affido/affido/internal/gatewayapi"
 )
 
 // setOnce asks for one reminder that is due already, then answers "ok".
@@ -39,9 +40,9 @@ func keyOfFreshSandbox(t *testing.T) (string, int64) {
 	}
 	var mu sync.Mutex
 	keys := []string{}
-	notify := func(_ context.Context, key, _ string, _ time.Time) error {
+	notify := func(_ context.Context, n gatewayapi.Notification) error {
 		mu.Lock()
-		keys = append(keys, key)
+		keys = append(keys, n.Key)
 		mu.Unlock()
 		return nil
 	}

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/gatewaytest"
 	"github.com/affido/affido/internal/openai"
 	"github.com/affido/affido/internal/sandboxapi"
@@ -116,7 +116,7 @@ func startAgent(t *testing.T, dir, user string) *agent {
 	red := tools.NewRedactor(map[string]string{"AFFIDO_SECRET_DEMO": "s3cr3t-value"})
 	builtin := append(tools.Builtin(workspace.Workspace{Dir: a.ws}, tools.LocalShell{Path: "/bin/sh", Dir: a.ws}), tools.WebTools(model)...)
 	builtin = append(append(builtin, reminders.Tools()...), jobs.Tools()...)
-	notify := func(context.Context, string, string, time.Time) error { return nil }
+	notify := func(context.Context, gatewayapi.Notification) error { return nil }
 	a.srv = server.New(server.Config{Identity: a.id, SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
 		WorkerTools: tools.WebTools(model),
 		Harness:     durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}, jobs.Kind: jobs.Task{}}},

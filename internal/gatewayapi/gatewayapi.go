@@ -6,7 +6,10 @@
 // token as a bearer token.
 package gatewayapi
 
-import "time"
+import (
+	"regexp"
+	"time"
+)
 
 // Prefix is where the gateway's routes sit on the manager: the agent's
 // base URL is its gateway address followed by Prefix.
@@ -38,16 +41,37 @@ const (
 
 // Notification is the body of POST NotifyPath: a message for the owner,
 // delivered by the manager. The same Key twice is one delivery, so the
-// agent may hand it off again after a crash.
+// agent may hand it off again after a crash. Kind and Agent are optional
+// (older agents send neither): they shape the Web Push payload (its title,
+// where a tap leads, its urgency), never whether it is delivered.
 type Notification struct {
-	Key   string     `json:"key"`    // 1 to MaxNotifyKey bytes
-	Text  string     `json:"text"`   // 1 to MaxNotifyText bytes
-	DueAt *time.Time `json:"due_at"` // when it was due
+	Key   string     `json:"key"`             // 1 to MaxNotifyKey bytes
+	Text  string     `json:"text"`            // 1 to MaxNotifyText bytes
+	DueAt *time.Time `json:"due_at"`          // when it was due
+	Kind  string     `json:"kind,omitempty"`  // one of the Kind constants, or ""
+	Agent string     `json:"agent,omitempty"` // the agent it is from (an agent name), or ""
 }
+
+// Kinds of notification.
+const (
+	KindReminder = "reminder" // a reminder fired
+	KindApproval = "approval" // a tool call waits for the owner's decision
+	KindJob      = "job"      // a scheduled job ran
+	KindSpend    = "spend"    // the spend limit stopped the agent (the manager's own)
+)
+
+// agentName is the agent's own rule for names (agent/agents.ValidName).
+var agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
 // Valid reports whether n is within its bounds.
 func (n Notification) Valid() bool {
-	return n.Key != "" && len(n.Key) <= MaxNotifyKey && n.Text != "" && len(n.Text) <= MaxNotifyText
+	switch n.Kind {
+	case "", KindReminder, KindApproval, KindJob, KindSpend:
+	default:
+		return false
+	}
+	return n.Key != "" && len(n.Key) <= MaxNotifyKey && n.Text != "" && len(n.Text) <= MaxNotifyText &&
+		(n.Agent == "" || agentName.MatchString(n.Agent))
 }
 
 // Queued is the answer of POST NotifyPath. Queued is false when the key
@@ -65,7 +89,7 @@ type WakeAt struct {
 
 // Problem types of the notify route (RFC 7807 "type" suffixes).
 const (
-	ProblemBadNotification = "bad-notification"        // 400: key or text out of bounds
+	ProblemBadNotification = "bad-notification"        // 400: key, text, kind or agent out of bounds
 	ProblemQueueFull       = "notification-queue-full" // 429 with Retry-After
 )
 

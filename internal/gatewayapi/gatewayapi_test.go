@@ -17,6 +17,7 @@ func TestWireFormat(t *testing.T) {
 		want string
 	}{
 		{Notification{Key: "k", Text: "hi", DueAt: &due}, `{"key":"k","text":"hi","due_at":"2026-11-29T15:00:00Z"}`},
+		{Notification{Key: "k", Text: "hi", Kind: KindApproval, Agent: "main"}, `{"key":"k","text":"hi","due_at":null,"kind":"approval","agent":"main"}`},
 		{Queued{Key: "k", Queued: true}, `{"key":"k","queued":true}`},
 		{WakeAt{}, `{"at":null}`},
 		{WakeAt{At: &due}, `{"at":"2026-11-29T15:00:00Z"}`},
@@ -41,6 +42,10 @@ func TestNotificationValid(t *testing.T) {
 		"no text":       {Notification{Key: "k"}, false},
 		"key too long":  {Notification{Key: strings.Repeat("k", MaxNotifyKey+1), Text: "t"}, false},
 		"text too long": {Notification{Key: "k", Text: strings.Repeat("t", MaxNotifyText+1)}, false},
+		"kinds":         {Notification{Key: "k", Text: "t", Kind: KindJob, Agent: "worker-2"}, true},
+		"unknown kind":  {Notification{Key: "k", Text: "t", Kind: "urgent"}, false},
+		"bad agent":     {Notification{Key: "k", Text: "t", Agent: "../main"}, false},
+		"long agent":    {Notification{Key: "k", Text: "t", Agent: "a" + strings.Repeat("b", 32)}, false},
 	}
 	for name, tt := range tests {
 		if got := tt.n.Valid(); got != tt.want {

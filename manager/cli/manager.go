@@ -166,10 +166,17 @@ func serve(ctx context.Context) error {
 	if cfg.Kube.PodCIDR.IsValid() {
 		deny = append(deny, cfg.Kube.PodCIDR)
 	}
-	deliverer := notify.New(store, log, outbound.NewClient(outbound.Config{
+	notifyClient := outbound.NewClient(outbound.Config{
 		Allow: cfg.OutboundAllow,
 		Deny:  deny,
-	}))
+	})
+	deliverer := notify.New(store, log, notifyClient)
+	vapid, err := notify.LoadVAPID(startCtx, store)
+	if err != nil {
+		return err
+	}
+	// Push endpoints are the browsers' choice: the same guarded client.
+	deliverer.Push = &notify.Pusher{Store: store, Client: notifyClient, Keys: vapid, Subject: cfg.PushSubject, Log: log}
 	go deliverer.Run(ctx)
 	guard := outbound.NewGuard(outbound.Config{Allow: cfg.OutboundAllow, Deny: deny})
 	fetchClient := outbound.NewClient(outbound.Config{
@@ -192,6 +199,7 @@ func serve(ctx context.Context) error {
 			Notifications: store, Kick: deliverer.Kick, NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
 			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir},
 		OwnerDeps: server.OwnerDeps{Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
+			Push: store, PushKey: vapid.PublicKey(),
 			SecureCookies: cfg.SecureCookies, SpendOwner: store},
 		Log: log,
 	}

@@ -59,6 +59,7 @@ type Config struct {
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
 	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
+	PushSubject      string                 // AFFIDO_PUSH_SUBJECT: the operator's contact in Web Push's VAPID token (mailto: or https:)
 	CompactTokens    int64                  // AFFIDO_COMPACT_TOKENS: context size (est. tokens) past which agents summarize (0: never)
 	CompactHardCap   int64                  // AFFIDO_COMPACT_HARD_CAP: context size past which no model request is sent (0: no cap)
 	Runtime          string                 // AFFIDO_RUNTIME: docker (one host) or kubernetes
@@ -161,6 +162,10 @@ func Load() (Config, error) {
 	}
 	boolean("AFFIDO_OPEN_SIGNUP", &c.OpenSignUp)
 	boolean("AFFIDO_SECURE_COOKIES", &c.SecureCookies)
+	c.PushSubject = str("AFFIDO_PUSH_SUBJECT", "mailto:affido@localhost")
+	if !strings.HasPrefix(c.PushSubject, "mailto:") && !strings.HasPrefix(c.PushSubject, "https://") {
+		errs = append(errs, fmt.Errorf("AFFIDO_PUSH_SUBJECT: want mailto:you@example.org or an https:// URL, got %q", c.PushSubject))
+	}
 	c.SearchProvider = str("AFFIDO_SEARCH_PROVIDER", "scripted")
 	c.SearchURL = os.Getenv("AFFIDO_SEARCH_URL")
 	c.SearchKey = os.Getenv("AFFIDO_SEARCH_KEY")

@@ -1,7 +1,16 @@
 // Package notify delivers the notifications sandboxes hand to the gateway
-// (reminders) to each user's ntfy-compatible URL: a POST of the text, up to
-// MaxTries times with backoff, every try recorded in the registry. Delivery
-// is at least once.
+// (reminders, approvals) and the manager's own (spend stops) to each
+// user's ntfy-compatible URL: a POST of the text, up to MaxTries times
+// with backoff, every try recorded in the registry. With a Pusher each is
+// also sent as Web Push to the user's subscribed browsers (push.go).
+// Delivery is at least once.
+//
+// The two channels: with a notify URL, ntfy decides the notification's
+// status and retries, and Web Push goes out once, with the first try, and
+// never holds ntfy up. Without one, Web Push is the channel: delivered
+// when one push service accepted it, tried again with the same backoff
+// when none did and a failure may pass (network, 429, 5xx), no_endpoint
+// when the user has no subscription either.
 package notify
 
 import (
@@ -33,6 +42,8 @@ type Deliverer struct {
 	Log    *slog.Logger
 	// Backoff is the wait after failed try n (1-based); default 1 s doubling.
 	Backoff func(try int) time.Duration
+	// Push, if set, also sends every notification as Web Push.
+	Push *Pusher
 
 	kick chan struct{}
 
@@ -123,19 +134,55 @@ func (d *Deliverer) backoff(try int) time.Duration {
 
 func (d *Deliverer) deliver(ctx context.Context, n registry.Notification) {
 	try := n.Tries + 1
-	if n.URL == "" {
-		_ = d.Store.RecordNotificationTry(ctx, n.ID, try, 0, "the user has no notify URL", "no_endpoint", time.Now())
-		return
+	var pushed chan pushOutcome
+	if d.Push != nil && (n.URL == "" || n.Tries == 0) {
+		pushed = make(chan pushOutcome, 1)
+		go func() { pushed <- d.Push.push(ctx, n) }()
 	}
-	code, err := d.post(ctx, n)
-	status, next, errText := "delivered", time.Now(), ""
-	if err != nil {
-		errText = err.Error()
-		status, next = "pending", time.Now().Add(d.backoff(try))
-		if try >= MaxTries {
-			status = "failed"
+	var code int
+	var status, errText string
+	next := time.Now()
+	if n.URL == "" {
+		var out pushOutcome
+		if pushed != nil {
+			out = <-pushed
+		}
+		code = out.code
+		switch {
+		case out.sent > 0:
+			status = "delivered"
+		case out.tried == 0 && !out.retry:
+			status, errText = "no_endpoint", "the user has no notify URL and no push subscription"
+		default:
+			status, next = d.afterFailure(try, out.retry)
+			errText = "web push: " + out.err
+		}
+	} else {
+		var err error
+		code, err = d.post(ctx, n)
+		status = "delivered"
+		if err != nil {
+			status, next = d.afterFailure(try, true)
+			errText = err.Error()
 		}
 	}
+	d.record(ctx, n, try, code, errText, status, next)
+	if pushed != nil && n.URL != "" {
+		<-pushed // the worker's slot also bounds pushes in flight
+	}
+}
+
+// afterFailure is the status after failed try, and its next attempt:
+// pending again after the backoff while retry allows and tries are left;
+// failed otherwise.
+func (d *Deliverer) afterFailure(try int, retry bool) (string, time.Time) {
+	if !retry || try >= MaxTries {
+		return "failed", time.Now()
+	}
+	return "pending", time.Now().Add(d.backoff(try))
+}
+
+func (d *Deliverer) record(ctx context.Context, n registry.Notification, try, code int, errText, status string, next time.Time) {
 	if rerr := d.Store.RecordNotificationTry(ctx, n.ID, try, code, errText, status, next); rerr != nil {
 		d.Log.Warn("notifications: record try", "id", n.ID, "err", rerr)
 	}
@@ -152,7 +199,7 @@ func (d *Deliverer) post(ctx context.Context, n registry.Notification) (int, err
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
-	req.Header.Set("Title", "Affido reminder")
+	req.Header.Set("Title", title(kindOf(n)))
 	req.Header.Set("X-Affido-Notification", n.Key)
 	if n.DueAt != nil {
 		req.Header.Set("X-Affido-Due", n.DueAt.UTC().Format(time.RFC3339Nano))

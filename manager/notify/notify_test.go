@@ -53,6 +53,27 @@ func deliverer(st Store) *Deliverer {
 	return d
 }
 
+// inwardServer serves h on 127.0.0.2 (over TLS with tls), an address the
+// guard refuses as it would the admin API or Caddy's control listener;
+// the test is skipped where that address cannot be had.
+func inwardServer(t *testing.T, tls bool, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("listen on 127.0.0.2: %v", err)
+	}
+	srv.Listener.Close()
+	srv.Listener = ln
+	if tls {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func TestDeliveredOnceWithTitleAndKey(t *testing.T) {
 	var got []*http.Request
 	var bodies []string
@@ -128,14 +149,7 @@ func TestRunDeliversWhenKicked(t *testing.T) {
 // listener would be) gets nothing delivered there: every try fails.
 func TestRedirectInwardIsRefused(t *testing.T) {
 	var innerHits atomic.Int64
-	inner := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { innerHits.Add(1) }))
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Skipf("listen on 127.0.0.2: %v", err)
-	}
-	inner.Listener = ln
-	inner.Start()
-	defer inner.Close()
+	inner := inwardServer(t, false, func(w http.ResponseWriter, r *http.Request) { innerHits.Add(1) })
 	outer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, inner.URL+"/admin/session?user=victim&token=chosen", http.StatusTemporaryRedirect)
 	}))

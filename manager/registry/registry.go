@@ -374,20 +374,23 @@ type Notification struct {
 	Key    string
 	Text   string
 	DueAt  *time.Time
+	Kind   string // gatewayapi's Kind constants, or ""
+	Agent  string // the agent it is from, or ""
 	Tries  int
 	URL    string // the user's notify_url at claim time
 }
 
-// EnqueueNotification stores a notification once per (user, key) and
-// reports whether it was new. With max or more of the user's notifications
-// still pending it stores nothing and returns ErrQueueFull (a key already
-// stored is still reported as not new). Two concurrent calls may pass the
-// count together: the cap is soft by at most the concurrency.
-func (s *Store) EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `INSERT INTO notifications (user_id, key, text, due_at)
-		SELECT $1, $2, $3, $4
+// EnqueueNotification stores n (its Key, Text, DueAt, Kind and Agent) for
+// user once per (user, key) and reports whether it was new. With max or
+// more of the user's notifications still pending it stores nothing and
+// returns ErrQueueFull (a key already stored is still reported as not
+// new). Two concurrent calls may pass the count together: the cap is soft
+// by at most the concurrency.
+func (s *Store) EnqueueNotification(ctx context.Context, user string, n Notification, max int) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `INSERT INTO notifications (user_id, key, text, due_at, kind, agent)
+		SELECT $1, $2, $3, $4, $6, $7
 		WHERE (SELECT count(*) FROM notifications WHERE user_id = $1 AND status = 'pending') < $5
-		ON CONFLICT (user_id, key) DO NOTHING`, user, key, text, due, max)
+		ON CONFLICT (user_id, key) DO NOTHING`, user, n.Key, n.Text, n.DueAt, max, n.Kind, n.Agent)
 	if err != nil {
 		return false, fmt.Errorf("enqueue notification for %s: %w", user, err)
 	}
@@ -395,7 +398,7 @@ func (s *Store) EnqueueNotification(ctx context.Context, user, key, text string,
 		return true, nil
 	}
 	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notifications WHERE user_id = $1 AND key = $2)`, user, key).Scan(&exists); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM notifications WHERE user_id = $1 AND key = $2)`, user, n.Key).Scan(&exists); err != nil {
 		return false, fmt.Errorf("enqueue notification for %s: %w", user, err)
 	}
 	if exists {
@@ -404,9 +407,11 @@ func (s *Store) EnqueueNotification(ctx context.Context, user, key, text string,
 	return false, fmt.Errorf("enqueue notification for %s: %w", user, ErrQueueFull)
 }
 
-// DueNotifications returns pending notifications whose next attempt is due.
+// DueNotifications returns pending notifications whose next attempt is
+// due, whether or not their user has a notify URL (URL "": Web Push may
+// still reach them).
 func (s *Store) DueNotifications(ctx context.Context, limit int) ([]Notification, error) {
-	rows, err := s.pool.Query(ctx, `SELECT n.id, n.user_id, n.key, n.text, n.due_at, n.tries, coalesce(u.notify_url, '')
+	rows, err := s.pool.Query(ctx, `SELECT n.id, n.user_id, n.key, n.text, n.due_at, n.kind, n.agent, n.tries, coalesce(u.notify_url, '')
 		FROM notifications n LEFT JOIN users u ON u.id = n.user_id
 		WHERE n.status = 'pending' AND n.next_attempt_at <= now() ORDER BY n.next_attempt_at LIMIT $1`, limit)
 	if err != nil {
@@ -414,7 +419,7 @@ func (s *Store) DueNotifications(ctx context.Context, limit int) ([]Notification
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Notification, error) {
 		var n Notification
-		err := r.Scan(&n.ID, &n.UserID, &n.Key, &n.Text, &n.DueAt, &n.Tries, &n.URL)
+		err := r.Scan(&n.ID, &n.UserID, &n.Key, &n.Text, &n.DueAt, &n.Kind, &n.Agent, &n.Tries, &n.URL)
 		return n, err
 	})
 }

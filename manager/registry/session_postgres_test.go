@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/affido/affido/manager/registry"
+	"github.com/affido/affido/manager/registry/registrytest"
 	"github.com/affido/affido/migrations"
 )
 
@@ -40,8 +41,8 @@ func sessionRows(t *testing.T, dsn, user string) []string {
 // which is no session token itself; the token the cookie carries still
 // works, lists as current and signs out.
 func TestPostgresSessionTokensAreStoredHashed(t *testing.T) {
-	store := postgresStore(t)
-	dsn := postgresDSN(t)
+	store := registrytest.Store(t)
+	dsn := registrytest.DSN(t)
 	ctx := t.Context()
 	user := "pgsess-" + registry.NewToken()[:12]
 	if err := store.SetPassword(ctx, user, "not a real hash"); err != nil {
@@ -118,7 +119,7 @@ func withSearchPath(t *testing.T, dsn, schema string) string {
 // are ended (their tokens cannot be hashed from a copy already taken), and
 // sessions made after it work. Runs in a schema of its own, from empty.
 func TestPostgresUpgradeEndsClearTextSessions(t *testing.T) {
-	dsn := postgresDSN(t)
+	dsn := registrytest.DSN(t)
 	ctx := t.Context()
 	admin, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -3,48 +3,18 @@ package registry_test
 import (
 	"crypto/sha256"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/affido/affido/manager/registry"
-	"github.com/affido/affido/migrations"
+	"github.com/affido/affido/manager/registry/registrytest"
 )
-
-// postgresDSN is AFFIDO_TEST_POSTGRES_DSN, a database the test may
-// migrate and write; without it the test is skipped.
-func postgresDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("AFFIDO_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		t.Skip("needs Postgres: set AFFIDO_TEST_POSTGRES_DSN")
-	}
-	return dsn
-}
-
-// postgresStore opens and migrates the database postgresDSN names.
-func postgresStore(t *testing.T) *registry.Store {
-	t.Helper()
-	store, err := registry.Open(t.Context(), postgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	ms, err := registry.LoadMigrations(migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Migrate(t.Context(), ms); err != nil {
-		t.Fatal(err)
-	}
-	return store
-}
 
 // A token lookup only reads; TouchAPITokens writes a batch, never moves a
 // time back and ignores tokens that are gone. A session lookup says when
 // the session ends and refuses it after.
 func TestPostgresTokenLookupsAndTouch(t *testing.T) {
-	store := postgresStore(t)
+	store := registrytest.Store(t)
 	ctx := t.Context()
 	user := "pgtest-" + registry.NewToken()[:12]
 	tok, err := store.CreateAPIToken(ctx, user)

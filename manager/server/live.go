@@ -21,9 +21,10 @@ import (
 
 // LiveNotice is one event of the owner's live stream.
 type LiveNotice struct {
-	Kind string    `json:"kind"` // approval, reminder, spend or notice
-	Text string    `json:"text"`
-	At   time.Time `json:"at"`
+	Kind  string    `json:"kind"`            // approval, reminder, spend or notice (gatewayapi's kinds)
+	Agent string    `json:"agent,omitempty"` // the agent it is about, when the sandbox said
+	Text  string    `json:"text"`
+	At    time.Time `json:"at"`
 }
 
 // liveMaxStreams is how many live streams one user may hold open at once.
@@ -79,9 +80,9 @@ func (h *liveHub) publish(user string, n LiveNotice) {
 	}
 }
 
-// noticeKind says what a notification is by its key's prefix (the agent's
-// keys are "approval-…", "reminder-…"; the manager's spend stop
-// "spend-limit-…").
+// noticeKind says what a notification is by its key's prefix, for an
+// agent too old to say its kind (its keys are "reminder-…"; the manager's
+// spend stop is "spend-limit-…").
 func noticeKind(key string) string {
 	for _, k := range []string{"approval", "reminder", "job"} {
 		if strings.HasPrefix(key, k+"-") {

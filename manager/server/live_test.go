@@ -34,13 +34,13 @@ type queue struct {
 	seen map[string]bool
 }
 
-func (q *queue) EnqueueNotification(_ context.Context, user, key, _ string, _ *time.Time, _ int) (bool, error) {
+func (q *queue) EnqueueNotification(_ context.Context, user string, n registry.Notification, _ int) (bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.seen[user+"/"+key] {
+	if q.seen[user+"/"+n.Key] {
 		return false, nil
 	}
-	q.seen[user+"/"+key] = true
+	q.seen[user+"/"+n.Key] = true
 	return true, nil
 }
 
@@ -66,9 +66,13 @@ func liveEnv(t *testing.T) (*httptest.Server, *fakeAccounts) {
 }
 
 // notifyAs hands a notification to the gateway as user's sandbox.
-func notifyAs(t *testing.T, srv *httptest.Server, user, ip, key, text string) {
+func notifyAs(t *testing.T, srv *httptest.Server, user, ip, key, text string, kindAgent ...string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/notify", strings.NewReader(fmt.Sprintf(`{"key":%q,"text":%q}`, key, text)))
+	body := fmt.Sprintf(`{"key":%q,"text":%q}`, key, text)
+	if len(kindAgent) == 2 {
+		body = fmt.Sprintf(`{"key":%q,"text":%q,"kind":%q,"agent":%q}`, key, text, kindAgent[0], kindAgent[1])
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/notify", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer sb-"+user)
 	req.Header.Set(SourceIPHeader, ip)
 	req.Header.Set("Content-Type", "application/json")
@@ -156,14 +160,14 @@ func TestLiveStreamCarriesTheOwnersNoticesOnly(t *testing.T) {
 	if name, _ := alice.next(t); name != "hello" {
 		t.Fatalf("first event %q", name)
 	}
-	notifyAs(t, srv, "alice", "10.213.0.2", "approval-1a2b", "Your agent main waits for your decision on approval 7")
-	if name, n := alice.next(t); name != "notice" || n.Kind != "approval" || !strings.Contains(n.Text, "approval 7") || n.At.IsZero() {
+	notifyAs(t, srv, "alice", "10.213.0.2", "notice-1a2b", "Your agent ops waits for your decision on approval 7", "approval", "ops")
+	if name, n := alice.next(t); name != "notice" || n.Kind != "approval" || n.Agent != "ops" || !strings.Contains(n.Text, "approval 7") || n.At.IsZero() {
 		t.Fatalf("alice's approval: %s %+v", name, n)
 	}
 	// Bob's notice, then alice's key again: neither may show; the next
 	// event alice sees must be her new reminder.
 	notifyAs(t, srv, "bob", "10.213.0.6", "approval-ffff", "bob's secret approval")
-	notifyAs(t, srv, "alice", "10.213.0.2", "approval-1a2b", "the same notice again")
+	notifyAs(t, srv, "alice", "10.213.0.2", "notice-1a2b", "the same notice again")
 	notifyAs(t, srv, "alice", "10.213.0.2", "reminder-9c", "water the plants")
 	if name, n := alice.next(t); name != "notice" || n.Kind != "reminder" || n.Text != "water the plants" {
 		t.Fatalf("after bob's notice and a repeat, alice saw %s %+v", name, n)

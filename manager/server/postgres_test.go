@@ -5,13 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/registry"
-	"github.com/affido/affido/migrations"
+	"github.com/affido/affido/manager/registry/registrytest"
 )
 
 // The cache and the batched last_used_at on the real registry
@@ -19,23 +18,8 @@ import (
 // a used token shows its use after a flush, and a revoked one is refused
 // on the next request although the cache held it.
 func TestPostgresTokenRevokeAndLastUsed(t *testing.T) {
-	dsn := os.Getenv("AFFIDO_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		t.Skip("needs Postgres: set AFFIDO_TEST_POSTGRES_DSN")
-	}
 	ctx := t.Context()
-	store, err := registry.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	ms, err := registry.LoadMigrations(migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Migrate(ctx, ms); err != nil {
-		t.Fatal(err)
-	}
+	store := registrytest.Store(t)
 	user := "pgsrv-" + registry.NewToken()[:12]
 	hash, _ := account.Hash("right password", cheap)
 	if err := store.SetPassword(ctx, user, hash); err != nil {

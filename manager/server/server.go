@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,9 +110,10 @@ type GatewayDeps struct {
 	SpendLimits spend.Limits
 	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
 	Notifications interface {
-		// EnqueueNotification stores a notification once per key; with max
-		// pending ones queued already it returns registry.ErrQueueFull.
-		EnqueueNotification(ctx context.Context, user, key, text string, due *time.Time, max int) (bool, error)
+		// EnqueueNotification stores a notification (its Key, Text, DueAt,
+		// Kind and Agent) once per key; with max pending ones queued
+		// already it returns registry.ErrQueueFull.
+		EnqueueNotification(ctx context.Context, user string, n registry.Notification, max int) (bool, error)
 	}
 	Kick func()
 	// NotifyQueueMax caps a user's pending notifications (default 100).
@@ -129,7 +131,7 @@ type GatewayDeps struct {
 }
 
 // OwnerDeps serve the owner's routes: sign-in and sign-up, sessions and
-// API tokens, the sandbox and notification settings, spend.
+// API tokens, the sandbox and notification settings, Web Push, spend.
 type OwnerDeps struct {
 	// Accounts, if set, serves sign-in, sign-up and the owner's sessions
 	// and API tokens; OpenSignUp lets anyone sign up without an invite.
@@ -141,6 +143,10 @@ type OwnerDeps struct {
 	SecureCookies bool
 	SessionTTL    time.Duration  // default DefaultSessionTTL
 	HashParams    account.Params // default account.DefaultParams
+	// Push, if set with Accounts, serves the owner's Web Push routes;
+	// PushKey is the VAPID public key (base64url) browsers subscribe with.
+	Push    PushSubscriptions
+	PushKey string
 	// SpendOwner is the owner's view of spend (/api/spend), served with a Provider.
 	SpendOwner interface {
 		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)
@@ -180,6 +186,9 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("POST /api/render", s.serve(s.render))
 		if s.Owners != nil {
 			s.ownerRoutes(mux)
+		}
+		if s.Push != nil {
+			s.pushRoutes(mux)
 		}
 		(&web.Handler{Sessions: webSessions{s}, Cookie: SessionCookie, Log: s.Log}).Register(mux)
 	} else {
@@ -482,9 +491,10 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err := dec.Decode(&body); err != nil {
 		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
-	if !body.Valid() {
+	if !body.Valid() || body.Kind == gatewayapi.KindSpend { // spend stops are the manager's to tell
 		return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification,
-			"key (1-%d bytes) and text (1-%d bytes) are required", gatewayapi.MaxNotifyKey, gatewayapi.MaxNotifyText)
+			"key (1-%d bytes) and text (1-%d bytes) are required; kind is reminder, approval, job or none, agent an agent's name or none",
+			gatewayapi.MaxNotifyKey, gatewayapi.MaxNotifyText)
 	}
 	if s.Notifications == nil {
 		return problem.New(http.StatusNotFound, "not-found", "notifications are not configured")
@@ -493,7 +503,8 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	if max <= 0 {
 		max = 100
 	}
-	created, err := s.Notifications.EnqueueNotification(r.Context(), user, body.Key, body.Text, body.DueAt, max)
+	created, err := s.Notifications.EnqueueNotification(r.Context(), user, registry.Notification{
+		Key: body.Key, Text: body.Text, DueAt: body.DueAt, Kind: body.Kind, Agent: body.Agent}, max)
 	if errors.Is(err, registry.ErrQueueFull) {
 		return problem.Errorf(http.StatusTooManyRequests, gatewayapi.ProblemQueueFull, "%d notifications are already waiting to be delivered", max).Retry(60)
 	}
@@ -504,7 +515,7 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 		s.Kick()
 	}
 	if created {
-		s.live.publish(user, LiveNotice{Kind: noticeKind(body.Key), Text: body.Text, At: time.Now().UTC()})
+		s.live.publish(user, LiveNotice{Kind: cmp.Or(body.Kind, noticeKind(body.Key)), Agent: body.Agent, Text: body.Text, At: time.Now().UTC()})
 	}
 	writeJSONStatus(w, http.StatusAccepted, gatewayapi.Queued{Key: body.Key, Queued: created})
 	return nil

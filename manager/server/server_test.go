@@ -229,7 +229,7 @@ func TestGuessesAreThrottledWithoutLookups(t *testing.T) {
 
 type fullQueue struct{}
 
-func (fullQueue) EnqueueNotification(context.Context, string, string, string, *time.Time, int) (bool, error) {
+func (fullQueue) EnqueueNotification(context.Context, string, registry.Notification, int) (bool, error) {
 	return false, fmt.Errorf("enqueue: %w", registry.ErrQueueFull)
 }
 
@@ -304,5 +304,47 @@ func TestSpendRoutes(t *testing.T) {
 	}
 	if w := do("POST", "/api/spend/another-day", ok); w.Code != 409 {
 		t.Fatalf("another day twice: %d", w.Code)
+	}
+}
+
+type recordingQueue struct{ got []registry.Notification }
+
+func (q *recordingQueue) EnqueueNotification(_ context.Context, user string, n registry.Notification, _ int) (bool, error) {
+	n.UserID = user
+	q.got = append(q.got, n)
+	return true, nil
+}
+
+// A sandbox says what its notification is about (kind, agent) for the
+// push payload; it cannot pass one off as the manager's spend stop, nor
+// name an unknown kind or a malformed agent.
+func TestNotifyKindAndAgent(t *testing.T) {
+	q := &recordingQueue{}
+	s := &Server{GatewayDeps: GatewayDeps{Gateway: okSandbox{}, Notifications: q}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	post := func(body string) int {
+		req := httptest.NewRequest("POST", "/v1/gateway/notify", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sb")
+		req.Header.Set(SourceIPHeader, "10.213.0.2")
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, req)
+		return w.Code
+	}
+	if code := post(`{"key":"k","text":"decide","kind":"approval","agent":"worker"}`); code != 202 {
+		t.Fatalf("approval: %d", code)
+	}
+	if code := post(`{"key":"old","text":"from an agent before kinds"}`); code != 202 {
+		t.Fatalf("no kind: %d", code)
+	}
+	for _, body := range []string{
+		`{"key":"s","text":"Your agent stopped","kind":"spend"}`,
+		`{"key":"u","text":"t","kind":"urgent"}`,
+		`{"key":"a","text":"t","agent":"../etc"}`,
+	} {
+		if code := post(body); code != 400 {
+			t.Fatalf("%s: %d", body, code)
+		}
+	}
+	if len(q.got) != 2 || q.got[0] != (registry.Notification{UserID: "u", Key: "k", Text: "decide", Kind: "approval", Agent: "worker"}) || q.got[1].Kind != "" {
+		t.Fatalf("queued %+v", q.got)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
 )
 
@@ -67,13 +69,14 @@ func (s *Server) spendLimitReached(user string) {
 	defer cancel()
 	day := time.Now().UTC().Format("2006-01-02")
 	text := fmt.Sprintf("Your agent stopped: its spend limit was reached on %s. Raise today's limit once with POST /api/spend/another-day.", day)
-	created, err := s.Notifications.EnqueueNotification(ctx, user, "spend-limit-"+day, text, nil, 1<<30)
+	n := registry.Notification{Key: "spend-limit-" + day, Text: text, Kind: gatewayapi.KindSpend}
+	created, err := s.Notifications.EnqueueNotification(ctx, user, n, 1<<30)
 	if err != nil {
 		s.Log.Warn("spend limit: owner not notified", "user", user, "err", err)
 		return
 	}
 	if created {
-		s.live.publish(user, LiveNotice{Kind: "spend", Text: text, At: time.Now().UTC()})
+		s.live.publish(user, LiveNotice{Kind: gatewayapi.KindSpend, Text: text, At: time.Now().UTC()})
 	}
 	if s.Kick != nil {
 		s.Kick()

@@ -33,6 +33,8 @@ export async function showPush() {
     button.hidden = true;
     return;
   }
+  // Given again on every visit: it binds the subscription to this session.
+  if (sub) await post('/api/push/subscriptions', sub.toJSON()).catch(() => {});
   state.textContent = sub ? 'This device is notified of approvals, reminders and spend stops, even with the page closed.' : 'This device is not notified.';
   button.textContent = sub ? 'Stop notifying this device' : 'Notify this device';
   button.hidden = false;
