@@ -273,7 +273,18 @@ func TestWebClientInABrowser(t *testing.T) {
 	until(t, ctx, "live", `document.querySelector('#stream-state').dataset.state === 'live'`)
 	docker(t, "kill", "-s", "KILL", stack+"-"+user+"-agent")
 	until(t, ctx, "the page says it reconnects", `document.querySelector('#stream-state').dataset.state !== 'live'`)
-	prompt(t, user, tok, map[string]any{"text": "sent from curl while the page reconnects"})
+	// The sandbox is starting again: 503 sandbox-starting says to ask again
+	// after Retry-After, as a client does, until it takes the prompt.
+	waitUntil(t, 90*time.Second, "the prompt taken while the agent restarts", func() bool {
+		r := post(t, user, tok, "/prompt", `{"text":"sent from curl while the page reconnects"}`)
+		if r.Code == 503 && strings.Contains(r.Body, "sandbox-starting") {
+			return false
+		}
+		if r.Code != 200 && r.Code != 202 {
+			t.Fatalf("prompt while the agent restarts: %d %s", r.Code, r.Body)
+		}
+		return true
+	})
 	until(t, ctx, "the curl prompt's reply on the page", cardsWith("echo: sent from curl while the page reconnects")+` === 1`)
 	until(t, ctx, "live again", `document.querySelector('#stream-state').dataset.state === 'live'`)
 

@@ -101,12 +101,13 @@ func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
 				// The rail is a drawer: closed it is hidden, open it lists the conversations.
 				until(t, ctx, "the drawer closed", `getComputedStyle(document.querySelector('#rail')).visibility === 'hidden'`)
 				run(t, ctx, "open the drawer", chromedp.Click(chromedp.ID("menu")))
-				until(t, ctx, "the drawer open, its list on screen", reachable("#conversation-list li a"))
+				until(t, ctx, "the drawer open (its slide in over), its list on screen", `getComputedStyle(document.querySelector('#rail')).transform === 'none' && `+reachable("#conversation-list li a"))
 				bad = evalString(t, ctx, outside)
 				if bad != "[]" {
 					t.Errorf("%s, drawer open: elements past the viewport: %s", label, bad)
 				}
-				screenshots(t, ctx, "layout-"+label)
+				screenshots(t, ctx, "layout-"+label) // ends at the desktop width
+				run(t, ctx, "the phone again", emulate)
 				run(t, ctx, "close it", chromedp.Click(chromedp.ID("rail-close")))
 				until(t, ctx, "the drawer closed again", `getComputedStyle(document.querySelector('#rail')).visibility === 'hidden'`)
 			}
