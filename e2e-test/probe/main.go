@@ -13,10 +13,12 @@
 //	probe -routes           print the IPv4 routing table (/proc/net/route): "default" for a default route
 //	probe -sink ADDR        a notification sink: log every request as a JSON line; paths
 //	                        starting /fail answer 500; /redirect?to=URL answers 307 to URL;
-//	                        /page… answers an HTML page (with an instruction in it) for fetch_url
+//	                        /page… answers an HTML page (with an instruction in it) for fetch_url;
+//	                        /push… answers 201 and logs the body in base64 (a Web Push)
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,8 +33,15 @@ func sink(addr string) {
 	enc := json.NewEncoder(os.Stdout)
 	http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		enc.Encode(map[string]any{"at": time.Now().UTC().Format(time.RFC3339Nano), "path": r.URL.Path,
-			"key": r.Header.Get("X-Affido-Notification"), "due": r.Header.Get("X-Affido-Due"), "body": string(b)})
+		line := map[string]any{"at": time.Now().UTC().Format(time.RFC3339Nano), "path": r.URL.Path,
+			"key": r.Header.Get("X-Affido-Notification"), "due": r.Header.Get("X-Affido-Due"), "body": string(b)}
+		if strings.HasPrefix(r.URL.Path, "/push") { // a Web Push: binary, with its VAPID header
+			line["body_b64"] = base64.StdEncoding.EncodeToString(b)
+			line["authorization"] = r.Header.Get("Authorization")
+			line["content_encoding"] = r.Header.Get("Content-Encoding")
+			w.WriteHeader(http.StatusCreated)
+		}
+		enc.Encode(line)
 		if strings.HasPrefix(r.URL.Path, "/fail") {
 			http.Error(w, "failing on purpose", 500)
 		}

@@ -199,7 +199,7 @@ func serve(ctx context.Context) error {
 			Notifications: store, Kick: deliverer.Kick, NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
 			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir},
 		OwnerDeps: server.OwnerDeps{Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
-			Push: store, PushKey: vapid.PublicKey(),
+			Push: store, PushKey: vapid.PublicKey(), PushPlainHTTP: cfg.OutboundAllow,
 			SecureCookies: cfg.SecureCookies, SpendOwner: store},
 		Log: log,
 	}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -78,8 +79,12 @@ func LoadVAPID(ctx context.Context, ks KeyStore) (VAPID, error) {
 // ParseSubscription checks the parts of a browser's PushSubscription:
 // endpoint an https URL of at most MaxEndpoint bytes, p256dh an
 // uncompressed P-256 point and auth 16 bytes, both base64url (padding
-// allowed). Every refusal wraps ErrBadSubscription.
-func ParseSubscription(endpoint, p256dh, auth string) (registry.PushSubscription, error) {
+// allowed). Every refusal wraps ErrBadSubscription. Plain http is taken
+// only for an endpoint whose host is an address in plainHTTP: the ranges
+// the operator allows outbound explicitly (AFFIDO_OUTBOUND_ALLOW, a push
+// receiver on the local network, as the test stack's sink is); real push
+// services are https.
+func ParseSubscription(endpoint, p256dh, auth string, plainHTTP ...netip.Prefix) (registry.PushSubscription, error) {
 	bad := func(format string, a ...any) (registry.PushSubscription, error) {
 		return registry.PushSubscription{}, fmt.Errorf("%w: "+format, append([]any{ErrBadSubscription}, a...)...)
 	}
@@ -87,7 +92,8 @@ func ParseSubscription(endpoint, p256dh, auth string) (registry.PushSubscription
 		return bad("the endpoint is longer than %d bytes", MaxEndpoint)
 	}
 	u, err := url.Parse(endpoint)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.Hostname() == "" || u.User != nil || u.Opaque != "" {
+	if err != nil || (u.Scheme != "https" && !(u.Scheme == "http" && allowed(u.Hostname(), plainHTTP))) ||
+		u.Host == "" || u.Hostname() == "" || u.User != nil || u.Opaque != "" {
 		return bad("the endpoint must be an https URL")
 	}
 	key, err := decodeKey(p256dh)
@@ -102,6 +108,20 @@ func ParseSubscription(endpoint, p256dh, auth string) (registry.PushSubscription
 		return bad("keys.auth must be 16 bytes, base64url")
 	}
 	return registry.PushSubscription{Endpoint: endpoint, P256dh: key, Auth: secret}, nil
+}
+
+// allowed says whether host is an address within one of ranges.
+func allowed(host string, ranges []netip.Prefix) bool {
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	for _, p := range ranges {
+		if p.Contains(addr.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 func decodeKey(s string) ([]byte, error) {

@@ -7,7 +7,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"github.com/affido/affido/internal/webpushtest"
 	"io"
 	"log/slog"
 	"math/big"
@@ -161,7 +164,7 @@ func TestPushIsEncryptedAndSignedForTheEndpoint(t *testing.T) {
 			t.Errorf("%s: %q, want %q", h, r.header.Get(h), want)
 		}
 	}
-	plain, err := decrypt(r.body, b.key, b.auth)
+	plain, err := webpushtest.Decrypt(r.body, b.key, b.auth)
 	if err != nil {
 		t.Fatalf("the browser cannot open the push: %v", err)
 	}
@@ -214,20 +217,20 @@ func verifyVAPID(t *testing.T, header string, keys VAPID) vapidClaims {
 		Alg string `json:"alg"`
 		Typ string `json:"typ"`
 	}
-	if err := json.Unmarshal(b64(t, parts[0]), &head); err != nil || head.Alg != "ES256" {
-		t.Fatalf("JWT header %s: %v", b64(t, parts[0]), err)
+	if err := json.Unmarshal(webpushtest.Base64(t, parts[0]), &head); err != nil || head.Alg != "ES256" {
+		t.Fatalf("JWT header %s: %v", webpushtest.Base64(t, parts[0]), err)
 	}
 	pub, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), keys.Public)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sig := b64(t, parts[2])
+	sig := webpushtest.Base64(t, parts[2])
 	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	if len(sig) != 64 || !ecdsa.Verify(pub, digest[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
 		t.Fatal("the JWT does not verify with the stored public key")
 	}
 	var c vapidClaims
-	if err := json.Unmarshal(b64(t, parts[1]), &c); err != nil {
+	if err := json.Unmarshal(webpushtest.Base64(t, parts[1]), &c); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -447,12 +450,40 @@ func TestEachBrowserOpensItsOwnPush(t *testing.T) {
 	}
 	for range 5 {
 		r := <-got
-		plain, err := decrypt(r.body, browsers[r.path].key, browsers[r.path].auth)
+		plain, err := webpushtest.Decrypt(r.body, browsers[r.path].key, browsers[r.path].auth)
 		if err != nil || string(plain) != string(payload(n)) {
 			t.Fatalf("%s: %q %v", r.path, plain, err)
 		}
 		if c := verifyVAPID(t, r.header.Get("Authorization"), p.Keys); c.Sub != "https://ops.example.org/contact" {
 			t.Fatalf("sub %q", c.Sub)
+		}
+	}
+}
+
+// Plain http is a push endpoint only at an address the operator allows
+// outbound explicitly (the test stack's sink); everywhere else, and by
+// name, it must be https. Tried: no ranges, an address outside them, a
+// host name, an address inside (v4 and v4-in-v6).
+func TestPlainHTTPEndpointsOnlyWhereAllowed(t *testing.T) {
+	key, _ := ecdh.P256().GenerateKey(rand.Reader)
+	p256dh := base64.RawURLEncoding.EncodeToString(key.PublicKey().Bytes())
+	auth := base64.RawURLEncoding.EncodeToString(make([]byte, 16))
+	sink := []netip.Prefix{netip.MustParsePrefix("10.212.1.50/32")}
+	for _, c := range []struct {
+		endpoint string
+		ranges   []netip.Prefix
+		ok       bool
+	}{
+		{"http://10.212.1.50:9999/push", nil, false},
+		{"http://10.212.1.51:9999/push", sink, false},
+		{"http://sink.example:9999/push", sink, false},
+		{"http://10.212.1.50:9999/push", sink, true},
+		{"http://[::ffff:10.212.1.50]:9999/push", sink, true},
+		{"https://push.example/x", nil, true},
+	} {
+		_, err := ParseSubscription(c.endpoint, p256dh, auth, c.ranges...)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrBadSubscription)) {
+			t.Errorf("%s with %v: %v, want ok %v", c.endpoint, c.ranges, err, c.ok)
 		}
 	}
 }

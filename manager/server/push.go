@@ -78,7 +78,7 @@ func (s *Server) subscribePush(w http.ResponseWriter, r *http.Request) error {
 		return problem.New(http.StatusBadRequest, "bad-subscription",
 			`send the browser's PushSubscription as JSON: {"endpoint": "https://…", "keys": {"p256dh": "…", "auth": "…"}}`)
 	}
-	sub, err := notify.ParseSubscription(body.Endpoint, body.Keys.P256dh, body.Keys.Auth)
+	sub, err := notify.ParseSubscription(body.Endpoint, body.Keys.P256dh, body.Keys.Auth, s.PushPlainHTTP...)
 	if err != nil {
 		return problem.New(http.StatusBadRequest, "bad-subscription", err.Error())
 	}

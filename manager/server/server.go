@@ -147,6 +147,9 @@ type OwnerDeps struct {
 	// PushKey is the VAPID public key (base64url) browsers subscribe with.
 	Push    PushSubscriptions
 	PushKey string
+	// PushPlainHTTP are the ranges whose addresses may be plain-http push
+	// endpoints (the operator's explicit outbound allow list).
+	PushPlainHTTP []netip.Prefix
 	// SpendOwner is the owner's view of spend (/api/spend), served with a Provider.
 	SpendOwner interface {
 		Spend(ctx context.Context, user string, def spend.Limits) (registry.SpendReport, error)

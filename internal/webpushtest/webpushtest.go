@@ -1,4 +1,10 @@
-package notify
+// Package webpushtest is the browser's side of Web Push for tests: it
+// opens what a push service would hand a browser (RFC 8291 message
+// encryption over RFC 8188's aes128gcm), written from the RFCs alone so
+// that it checks the sending library rather than repeating it. The
+// manager's unit tests and the e2e suite decrypt pushes with it; its own
+// test opens RFC 8291's example.
+package webpushtest
 
 import (
 	"bytes"
@@ -17,12 +23,12 @@ import (
 	"golang.org/x/crypto/hkdf"
 )
 
-// decrypt is the browser's side of Web Push message encryption: it opens
+// Decrypt is the browser's side of Web Push message encryption: it opens
 // an aes128gcm body (RFC 8188) whose key comes from RFC 8291's derivation,
 // with the user agent's private key ua and authentication secret auth.
 // Written from the RFCs alone, so it checks the library rather than
 // repeating it.
-func decrypt(body []byte, ua *ecdh.PrivateKey, auth []byte) ([]byte, error) {
+func Decrypt(body []byte, ua *ecdh.PrivateKey, auth []byte) ([]byte, error) {
 	// Header: salt (16) | rs (4) | idlen (1) | keyid (idlen): the sender's public key.
 	if len(body) < 21 {
 		return nil, errors.New("short header")
@@ -89,56 +95,13 @@ func derive(secret, salt, info []byte, n int) []byte {
 	return b
 }
 
-func b64(t *testing.T, s string) []byte {
+// Base64 decodes base64url without padding (whitespace ignored: RFC
+// examples wrap their lines), failing t on bad input.
+func Base64(t testing.TB, s string) []byte {
 	t.Helper()
 	b, err := base64.RawURLEncoding.DecodeString(strings.Join(strings.Fields(s), ""))
 	if err != nil {
 		t.Fatalf("decode %q: %v", s, err)
 	}
 	return b
-}
-
-// The example of RFC 8291 section 5 (its keys in Appendix A) opens to its
-// plaintext: the decryptor the other tests trust is right.
-func TestDecryptRFC8291Example(t *testing.T) {
-	ua, err := ecdh.P256().NewPrivateKey(b64(t, "q1dXpw3UpT5VOmu_cf_v6ih07Aems3njxI-JWgLcM94"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(ua.PublicKey().Bytes(), b64(t, `BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcx
-		aOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4`)) {
-		t.Fatal("the receiver's private key does not give the RFC's public key")
-	}
-	as, err := ecdh.P256().NewPrivateKey(b64(t, "yfWPiYE-n46HLnH0KqZOF1fJJU3MYrct3AELtAQ-oRw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	asPublic := b64(t, `BP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIg
-		Dll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A8`)
-	if !bytes.Equal(as.PublicKey().Bytes(), asPublic) {
-		t.Fatal("the sender's private key does not give the RFC's public key")
-	}
-	auth := b64(t, "BTBZMqHH6r4Tts7J_aSIgg")
-	body := b64(t, `DGv6ra1nlYgDCS1FRnbzlwAAEABBBP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27ml
-		mlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A_yl95bQpu6cVPT
-		pK4Mqgkf1CXztLVBSt2Ks3oZwbuwXPXLWyouBWLVWGNWQexSgSxsj_Qulcy4a-fN`)
-	if !bytes.Equal(body[:16], b64(t, "DGv6ra1nlYgDCS1FRnbzlw")) || !bytes.Equal(body[21:86], asPublic) {
-		t.Fatal("the body's header is not the RFC's salt and sender key")
-	}
-	got, err := decrypt(body, ua, auth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != "When I grow up, I want to be a watermelon" {
-		t.Fatalf("plaintext %q", got)
-	}
-	// A wrong secret or a flipped byte is refused, not misread.
-	if _, err := decrypt(body, ua, make([]byte, 16)); err == nil {
-		t.Fatal("opened with the wrong auth secret")
-	}
-	tampered := bytes.Clone(body)
-	tampered[len(tampered)-1] ^= 1
-	if _, err := decrypt(tampered, ua, auth); err == nil {
-		t.Fatal("opened a tampered body")
-	}
 }
