@@ -72,7 +72,7 @@ func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
 	}
 	chat := fmt.Sprintf("%s/app/#/chat/%d", baseURL, current.Current)
 	title200 := strings.Repeat("W", 200)
-	check := func(label string) {
+	check := func(label string, conversations int) {
 		t.Helper()
 		for _, v := range []struct {
 			name  string
@@ -83,8 +83,9 @@ func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
 			if v.phone {
 				emulate = chromedp.EmulateViewport(v.w, v.h, chromedp.EmulateMobile)
 			}
-			run(t, ctx, "viewport "+v.name, emulate, chromedp.Navigate(chat))
-			until(t, ctx, "the conversation, rendered", `document.querySelectorAll('#timeline li.assistant .md').length >= 8 && document.querySelectorAll('#conversation-list li a').length >= 1`)
+			// A full load (the address alone may only change the hash).
+			run(t, ctx, "viewport "+v.name, emulate, chromedp.Navigate(chat), chromedp.Reload())
+			until(t, ctx, "the conversation, rendered, with every conversation listed", fmt.Sprintf(`document.querySelectorAll('#timeline li.assistant .md').length >= 8 && document.querySelectorAll('#conversation-list li a').length === %d`, conversations))
 			bad := evalString(t, ctx, outside)
 			if bad != "[]" {
 				t.Errorf("%s at %s: elements past the viewport: %s", label, v.name, bad)
@@ -113,16 +114,16 @@ func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
 			}
 		}
 	}
-	check("1-conversation")
+	check("1-conversation", 1)
 	for i := 0; i < 2; i++ {
 		mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":"errand %d"}`, i), 200)
 	}
-	check("3-conversations")
+	check("3-conversations", 3)
 	mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":%q}`, title200), 200)
 	for i := 0; i < 16; i++ {
 		mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":"more errands %d"}`, i), 200)
 	}
-	check("20-conversations")
+	check("20-conversations", 20)
 	// Every page at both widths, with the long title in the rail.
 	for _, page := range []string{"approvals", "reminders", "files", "skills", "trace", "activity", "settings"} {
 		run(t, ctx, page, chromedp.Navigate(baseURL+"/app/#/"+page))

@@ -496,6 +496,13 @@ $('sign-out').addEventListener('click', async () => {
   location.assign('/app/sign-in');
 });
 window.addEventListener('hashchange', showPage);
+// Back to the page (a phone unlocked, a tab chosen): what changed elsewhere
+// meanwhile (conversations made with curl, approvals) is read again.
+document.addEventListener('visibilitychange', () => {
+  if (document.visibilityState !== 'visible') return;
+  listConversations().then(showWhere).catch(() => {});
+  refreshPending();
+});
 window.addEventListener('pagehide', () => { stream.close(); live.close(); }); // the streams stop counting as activity
 
 // The agent picker: every page of this tab talks to one agent (?agent=);
