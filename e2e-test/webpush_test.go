@@ -105,7 +105,7 @@ func TestWebPushReachesASubscribedBrowser(t *testing.T) {
 	}
 
 	// Signed out, the browser hears nothing more.
-	if r, _ := send(t, "POST", "/auth/sign-out", "", cookie); r.StatusCode >= 300 {
+	if r, _ := send(t, "POST", "/auth/sign-out", "", map[string]string{"Cookie": cookie["Cookie"], "Content-Type": "application/json"}); r.StatusCode >= 300 {
 		t.Fatalf("sign-out: %d", r.StatusCode)
 	}
 	if r := post(t, user+"/agents/ops", tok, "/prompt", `{"text":"run: echo after sign-out","wait":false}`); r.Code != 202 {
