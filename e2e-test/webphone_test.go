@@ -237,3 +237,29 @@ func TestWebStopEndsASlowRun(t *testing.T) {
 	sendInBrowser(t, ctx, "and now?")
 	until(t, ctx, "the next prompt runs", cardsWith("echo: and now?")+` === 1`)
 }
+
+// The Agents page: make an agent, rename it and set its model, see today's
+// spend; the builtin agents keep their names.
+func TestWebAgentsPage(t *testing.T) {
+	user, password, tok := webUser(t, "agentspage")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	run(t, ctx, "agents", chromedp.Navigate(baseURL+"/app/#/agents"))
+	until(t, ctx, "main and the worker listed, spend said", `document.querySelector('#agent-list li[data-agent="main"]') !== null && document.querySelector('#agent-list li[data-agent="worker"] input[disabled]') !== null && document.querySelector('#agents-spend').textContent.length > 0`)
+	run(t, ctx, "make research", chromedp.SetValue(chromedp.ID("agent-name"), "research"), chromedp.Click(chromedp.CSS(`#agent-form button`)))
+	until(t, ctx, "research listed", `document.querySelector('#agent-list li[data-agent="research"]') !== null`)
+	run(t, ctx, "a bad name", chromedp.SetValue(chromedp.ID("agent-name"), "Research!"), chromedp.Click(chromedp.CSS(`#agent-form button`)))
+	if n := count(t, ctx, `document.querySelectorAll('#agent-list li[data-agent]').length`); n != 3 {
+		t.Fatalf("%d agents after a refused name", n)
+	}
+	run(t, ctx, "rename research and give it a model", chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] input[aria-label^="name"]`), "scout"),
+		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] select`), "fake/alt"),
+		chromedp.Click(chromedp.CSS(`#agent-list li[data-agent="research"] button[type="submit"]`)))
+	until(t, ctx, "scout listed", `document.querySelector('#agent-list li[data-agent="scout"]') !== null && document.querySelector('#agent-list li[data-agent="research"]') === null`)
+	b := mustGet(t, user, tok, "/agents/scout").Body
+	if !strings.Contains(b, `"model":"fake/alt"`) {
+		t.Fatalf("scout after the form: %s", b)
+	}
+	screenshots(t, ctx, "agents")
+}

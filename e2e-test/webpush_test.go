@@ -108,6 +108,16 @@ func TestWebPushReachesASubscribedBrowser(t *testing.T) {
 	if r, _ := send(t, "POST", "/auth/sign-out", "", map[string]string{"Cookie": cookie["Cookie"], "Content-Type": "application/json"}); r.StatusCode >= 300 {
 		t.Fatalf("sign-out: %d", r.StatusCode)
 	}
+	// The first run waits on its approval, and prompts take turns: deny it.
+	var pending struct {
+		Approvals []struct {
+			ID int64 `json:"id"`
+		} `json:"approvals"`
+	}
+	if err := json.Unmarshal([]byte(mustGet(t, user+"/agents/ops", tok, "/approvals").Body), &pending); err != nil || len(pending.Approvals) != 1 {
+		t.Fatalf("ops' approvals: %v %+v", err, pending)
+	}
+	mustPost(t, user+"/agents/ops", tok, fmt.Sprintf("/approvals/%d", pending.Approvals[0].ID), `{"decision":"deny","wait":false}`, 200)
 	if r := post(t, user+"/agents/ops", tok, "/prompt", `{"text":"run: echo after sign-out","wait":false}`); r.Code != 202 {
 		t.Fatalf("prompt ops again: %d %s", r.Code, r.Body)
 	}

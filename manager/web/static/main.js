@@ -7,6 +7,7 @@ import { Stream } from './stream.js';
 import { Timeline, el, describeRule, stamp } from './render.js';
 import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
 import { Live } from './live.js';
+import { showAgents } from './agents.js';
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -16,7 +17,7 @@ const state = {
   running: new Map(),       // run id -> what it is doing, for the busy line
   queued: [],               // prompts sent, not yet stored as entries
 };
-const pageNames = { chat: 'Conversation', trace: 'Trace', approvals: 'Approvals', files: 'Files', skills: 'Skills', reminders: 'Reminders & jobs', activity: 'Activity', settings: 'Settings' };
+const pageNames = { agents: 'Agents', chat: 'Conversation', trace: 'Trace', approvals: 'Approvals', files: 'Files', skills: 'Skills', reminders: 'Reminders & jobs', activity: 'Activity', settings: 'Settings' };
 
 function banner(text) {
   $('banner').textContent = text;
@@ -432,7 +433,7 @@ function renderApprovalsPage(lists) {
   if (hadFocus) { list.tabIndex = -1; list.focus({ preventScroll: true }); }
 }
 
-const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings, approvals: refreshPending };
+const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings, approvals: refreshPending, agents: showAgents };
 
 // route reads the address: #/chat/<id>, #/chat, #/trace/<entry id> or
 // #/<page>.

@@ -1,0 +1,72 @@
+// agents: the user's agents (main, the worker, and the owner's own): list,
+// create, rename, model, whom each may message, when its conversations are
+// summarized, delete; today's spend across them all.
+import { sandbox, agentName, call, get, post } from './api.js';
+import { el } from './render.js';
+
+const $ = (id) => document.getElementById(id);
+const say = (text) => { $('status-line').textContent = text; };
+const usd = (micros) => (typeof micros === 'number' ? `$${(micros / 1e6).toFixed(4)}` : '—');
+
+export async function showAgents() {
+  const [{ agents }, models, spend] = await Promise.all([
+    get(`${sandbox}/agents`), get(`${sandbox}/models`).catch(() => ({ models: [] })), get('/api/spend').catch(() => null)]);
+  const today = spend ? Object.values(spend.today_micros || {}).reduce((a, b) => a + b, 0) : null;
+  $('agents-spend').textContent = spend
+    ? `Spent today across all agents: ${usd(today)} of ${usd(spend.daily_limit_micros)}; this month ${usd(Object.values(spend.month_micros || {}).reduce((a, b) => a + b, 0))}.`
+    : 'Spend is not metered on this stack.';
+  const names = (agents || []).map((a) => a.name);
+  $('agent-model').replaceChildren(el('option', { value: '', text: 'the sandbox default' }), ...(models.models || []).map((m) => el('option', { value: m, text: m })));
+  $('agent-list').replaceChildren(...(agents || []).map((a) => agentCard(a, models.models || [], names)));
+}
+
+function agentCard(a, models, names) {
+  const builtin = a.id === 'main' || a.id === 'worker'; // they keep their names and stay
+  const id = (f) => `agent-${a.id}-${f}`;
+  const name = el('input', { id: id('name'), value: a.name, disabled: builtin, 'aria-label': `name of agent ${a.name}` });
+  const model = el('select', { id: id('model'), 'aria-label': `model of agent ${a.name}` },
+    el('option', { value: '', text: 'the sandbox default' }), ...models.map((m) => el('option', { value: m, text: m, selected: m === a.model })));
+  const may = el('input', { id: id('may'), value: (a.may_message || []).join(', '), placeholder: names.filter((n) => n !== a.name).join(', '), 'aria-label': `agents ${a.name} may message` });
+  const compact = el('input', { id: id('compact'), type: 'number', min: '500', max: '1000000', value: a.compact_tokens ? String(a.compact_tokens) : '', placeholder: 'sandbox default', 'aria-label': `summary threshold of agent ${a.name}, in tokens` });
+  const error = el('p', { class: 'error', role: 'alert' });
+  const save = el('button', { type: 'submit', class: 'quiet', text: 'Save' });
+  const form = el('form', { class: 'agent-form' },
+    el('label', {}, 'Name ', name), el('label', {}, 'Model ', model),
+    el('label', {}, 'May message ', may), el('label', {}, 'Summarize past (tokens) ', compact), save);
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const patch = { model: model.value, may_message: may.value.split(',').map((s) => s.trim()).filter(Boolean), compact_tokens: compact.value ? Number(compact.value) : 0 };
+    if (!builtin && name.value.trim() !== a.name) patch.name = name.value.trim();
+    call('PATCH', `${sandbox}/agents/${encodeURIComponent(a.name)}`, patch).then(() => {
+      error.textContent = '';
+      say(`agent ${patch.name || a.name} saved`);
+      return showAgents();
+    }).catch((err) => { error.textContent = err.message; });
+  });
+  const open = el('a', { href: `?agent=${encodeURIComponent(a.name)}#/chat`, text: a.name === agentName ? 'open (this tab)' : 'open' });
+  const card = el('li', { 'data-agent': a.name },
+    el('div', { class: 'agent-head' }, el('strong', { text: a.name }), el('span', { class: 'label', text: `${a.kind || 'agent'} · made ${a.created_at ? new Date(a.created_at).toLocaleDateString() : '—'}` }), open),
+    form, error);
+  if (!builtin) {
+    // Two steps, no dialog: the first press asks, the second deletes.
+    const del = el('button', { type: 'button', class: 'quiet', text: 'Delete', 'data-action': 'delete' });
+    del.addEventListener('click', () => {
+      if (!del.dataset.armed) { del.dataset.armed = '1'; del.textContent = `Delete ${a.name} and its conversations?`; return; }
+      call('DELETE', `${sandbox}/agents/${encodeURIComponent(a.name)}`).then(() => { say(`agent ${a.name} deleted`); return showAgents(); }).catch((err) => { error.textContent = err.message; });
+    });
+    card.append(del);
+  }
+  return card;
+}
+
+$('agent-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const spec = { name: $('agent-name').value.trim() };
+  if ($('agent-model').value) spec.model = $('agent-model').value;
+  post(`${sandbox}/agents`, spec).then(() => {
+    $('agent-name').value = '';
+    $('agent-error').textContent = '';
+    say(`agent ${spec.name} made`);
+    return showAgents();
+  }).catch((err) => { $('agent-error').textContent = err.message; });
+});
