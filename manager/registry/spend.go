@@ -33,9 +33,8 @@ func (s *Store) Reserve(ctx context.Context, user, model string, micros int64, d
 		if err != nil {
 			return err
 		}
-		if today+micros > lim.Daily || month+micros > lim.Monthly {
-			return fmt.Errorf("%w: %s today of %s, %s this month of %s", spend.ErrLimit,
-				dollars(today), dollars(lim.Daily), dollars(month), dollars(lim.Monthly))
+		if err := spend.CheckLimits(today, month, micros, lim); err != nil {
+			return err
 		}
 		return tx.QueryRow(ctx, `INSERT INTO spend (user_id, model, reserved_micros) VALUES ($1, $2, $3) RETURNING id`,
 			user, model, micros).Scan(&id)
@@ -154,5 +153,3 @@ func (s *Store) AllowAnotherDay(ctx context.Context, user string) error {
 	}
 	return nil
 }
-
-func dollars(micros int64) string { return fmt.Sprintf("$%.6f", float64(micros)/1e6) }

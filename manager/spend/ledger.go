@@ -73,8 +73,8 @@ func (m *Memory) Reserve(_ context.Context, user, _ string, micros int64, def Li
 			thisMonth += r.micros
 		}
 	}
-	if today+micros > lim.Daily || thisMonth+micros > lim.Monthly {
-		return 0, fmt.Errorf("%w: %d of %d micro-dollars today, %d of %d this month", ErrLimit, today, lim.Daily, thisMonth, lim.Monthly)
+	if err := CheckLimits(today, thisMonth, micros, lim); err != nil {
+		return 0, err
 	}
 	m.rows = append(m.rows, memRow{user: user, at: now, micros: micros})
 	return int64(len(m.rows)), nil

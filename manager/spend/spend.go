@@ -32,6 +32,39 @@ type Limits struct {
 	Daily, Monthly int64
 }
 
+// LimitError is a reservation refused for spend: which limit it would
+// pass, what the call could cost at worst and what is spent already, so
+// the owner reads why in numbers. It wraps ErrLimit.
+type LimitError struct {
+	Period  string // "daily" or "monthly"
+	Reserve int64  // the call's worst case, micro-dollars
+	Spent   int64  // spent and reserved in the period so far
+	Limit   int64
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: the %s limit is %s and %s of it is spent; this call could cost up to %s "+
+		"(its worst case: the whole prompt and max_tokens of output at the model's prices), which would pass it",
+		ErrLimit, e.Period, Dollars(e.Limit), Dollars(e.Spent), Dollars(e.Reserve))
+}
+
+func (e *LimitError) Unwrap() error { return ErrLimit }
+
+// CheckLimits returns a *LimitError if reserving micros on top of what is
+// spent today and this month would pass a limit (the daily one first).
+func CheckLimits(today, month, micros int64, lim Limits) error {
+	switch {
+	case today+micros > lim.Daily:
+		return &LimitError{Period: "daily", Reserve: micros, Spent: today, Limit: lim.Daily}
+	case month+micros > lim.Monthly:
+		return &LimitError{Period: "monthly", Reserve: micros, Spent: month, Limit: lim.Monthly}
+	}
+	return nil
+}
+
+// Dollars writes micro-dollars as dollars, to the cent's hundredth.
+func Dollars(micros int64) string { return fmt.Sprintf("$%.4f", float64(micros)/1e6) }
+
 // USD converts dollars to micro-dollars.
 func USD(d float64) int64 { return int64(math.Round(d * 1e6)) }
 

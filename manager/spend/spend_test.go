@@ -3,6 +3,7 @@ package spend
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/affido/affido/internal/openai"
@@ -83,5 +84,28 @@ func TestConcurrentReservationsNeverPassTheLimit(t *testing.T) {
 	m.Raised = map[string]bool{"u": true}
 	if _, err := m.Reserve(context.Background(), "u", "fake/echo", 2010, lim); err != nil {
 		t.Fatalf("after another day: %v", err)
+	}
+}
+
+// A refusal says which limit, what is spent and the call's worst case, in
+// dollars; it is ErrLimit to errors.Is. Tried: the daily limit, then the
+// monthly one with the day still free, and a call that fits.
+func TestLimitErrorsSayWhichAndWhy(t *testing.T) {
+	lim := Limits{Daily: USD(1), Monthly: USD(10)}
+	err := CheckLimits(USD(0.9), USD(2), USD(0.25), lim)
+	var le *LimitError
+	if !errors.As(err, &le) || !errors.Is(err, ErrLimit) || le.Period != "daily" {
+		t.Fatalf("daily: %v", err)
+	}
+	for _, want := range []string{"daily limit is $1.0000", "$0.9000 of it is spent", "up to $0.2500", "worst case"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+	if err := CheckLimits(USD(0.1), USD(9.9), USD(0.25), lim); !errors.As(err, &le) || le.Period != "monthly" || le.Spent != USD(9.9) {
+		t.Fatalf("monthly: %v", err)
+	}
+	if err := CheckLimits(USD(0.1), USD(1), USD(0.25), lim); err != nil {
+		t.Fatalf("a call within both limits: %v", err)
 	}
 }
