@@ -352,6 +352,9 @@ cmd_bench() {
   [[ -n "$(manager_id)" ]] || die "the control plane is not running (./dev.sh up)"
   CGO_ENABLED=0 go build -trimpath -o "$BUILD/bin/" ./cmd/affido
   "$BUILD/bin/affido" bench --url "http://127.0.0.1:$AFFIDO_PORT" --stack "$AFFIDO_STACK" "$@"
+  say "the web client at a phone's size (chromium): first paint, sign-in to usable, bytes of a cold load"
+  AFFIDO_WEB_BENCH=1 AFFIDO_E2E_URL="http://127.0.0.1:$AFFIDO_PORT" AFFIDO_STACK="$AFFIDO_STACK" \
+    go test -tags e2e -count=1 -v -run '^TestWebBench$' ./e2e-test/ | grep -E '^(web client|  [a-z])' || true
   say "durable runtime: commit per step, SIGKILL to first resumed step (ns/op is the mean)"
   go test -run '^$' -bench 'StepCommit|Recover' -benchtime 500x ./agent/durable/ | grep '^Benchmark'
   say "a one-tool turn: fresh, after 2000 entries without compaction, and with it (goal: within 2x of fresh)"
