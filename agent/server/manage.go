@@ -40,18 +40,26 @@ func (s *Server) sessionRename(w http.ResponseWriter, r *http.Request) error {
 	if len(body.Title) > 200 {
 		return problem.New(http.StatusBadRequest, "bad-title", "titles are at most 200 bytes")
 	}
+	return s.changeConversation(w, r, body.ID, func(st *durable.Store) error {
+		return st.RenameConversation(r.Context(), body.ID, body.Title)
+	})
+}
+
+// changeConversation makes change to conversation id and answers with the
+// conversation as it is afterwards (404 when there is no such one).
+func (s *Server) changeConversation(w http.ResponseWriter, r *http.Request, id int64, change func(*durable.Store) error) error {
 	h, err := s.harness(r)
 	if err != nil {
 		return err
 	}
-	err = h.Store().RenameConversation(r.Context(), body.ID, body.Title)
+	err = change(h.Store())
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
-		return problem.New(http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", body.ID))
+		return problem.New(http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", id))
 	case err != nil:
 		return err
 	default:
-		return s.writeConversation(w, r, h, body.ID)
+		return s.writeConversation(w, r, h, id)
 	}
 }
 
@@ -69,19 +77,9 @@ func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 	if body.Archived == nil {
 		return problem.New(http.StatusBadRequest, "missing-archived", "archived (true or false) is required")
 	}
-	h, err := s.harness(r)
-	if err != nil {
-		return err
-	}
-	err = h.Store().ArchiveConversation(r.Context(), body.ID, *body.Archived)
-	switch {
-	case errors.Is(err, durable.ErrNotFound):
-		return problem.New(http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", body.ID))
-	case err != nil:
-		return err
-	default:
-		return s.writeConversation(w, r, h, body.ID)
-	}
+	return s.changeConversation(w, r, body.ID, func(st *durable.Store) error {
+		return st.ArchiveConversation(r.Context(), body.ID, *body.Archived)
+	})
 }
 
 func (s *Server) reminderList(w http.ResponseWriter, r *http.Request) error {
