@@ -214,7 +214,16 @@ func TestWebConversationAddressesAndBack(t *testing.T) {
 	until(t, ctx, "the second again", fmt.Sprintf(`location.hash === %q && %s === 1`, second, cardsWith("echo: water the plants")))
 	run(t, ctx, "reload", chromedp.Reload())
 	until(t, ctx, "still the second", fmt.Sprintf(`location.hash === %q && %s === 1 && %s === 0`, second, cardsWith("echo: water the plants"), cardsWith("echo: is the homelab OK?")))
-	_ = tok
+	// Search finds the words in the messages, and leads to their conversation.
+	run(t, ctx, "back to the first", chromedp.NavigateBack())
+	until(t, ctx, "the first again", fmt.Sprintf(`location.hash === %q`, first))
+	run(t, ctx, "search", chromedp.SendKeys(chromedp.ID("conversation-search"), "plant"))
+	until(t, ctx, "a message found", `[...document.querySelectorAll('#search-results a')].some(a => a.textContent.includes('water the plants'))`)
+	run(t, ctx, "open it", chromedp.Click(chromedp.CSS(`#search-results a`)))
+	until(t, ctx, "its conversation", fmt.Sprintf(`location.hash === %q && %s === 1`, second, cardsWith("echo: water the plants")))
+	if b := mustGet(t, user, tok, "/search?q=homelab").Body; !strings.Contains(b, "is the homelab OK?") {
+		t.Fatalf("search by API: %s", b)
+	}
 }
 
 // A slow run shows a busy line and a Stop button; Stop ends it durably:

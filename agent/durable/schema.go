@@ -77,6 +77,17 @@ var migrations = []string{
 	// 4: entries of one kind in a conversation, found without reading the
 	// rest (is outside text in the context?).
 	`CREATE INDEX entries_by_kind ON entries (conversation_id, kind, id);`,
+
+	// 5: search over what the owner and the model wrote (SQLite's FTS5,
+	// contentless: the text stays in entries; the index only finds ids),
+	// kept by a trigger, filled once for the entries already there.
+	`CREATE VIRTUAL TABLE entries_fts USING fts5(text, content='', tokenize='unicode61 remove_diacritics 2');
+	INSERT INTO entries_fts (rowid, text)
+		SELECT id, json_extract(record, '$.text') FROM entries
+		WHERE kind IN ('owner_message', 'assistant_message') AND coalesce(json_extract(record, '$.text'), '') <> '';
+	CREATE TRIGGER entries_fts_add AFTER INSERT ON entries
+		WHEN NEW.kind IN ('owner_message', 'assistant_message') AND coalesce(json_extract(NEW.record, '$.text'), '') <> ''
+		BEGIN INSERT INTO entries_fts (rowid, text) VALUES (NEW.id, json_extract(NEW.record, '$.text')); END;`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -456,6 +456,16 @@ func TestHousekeepingRoutes(t *testing.T) {
 	if code, _ := a.do("POST", "/session/archive", `{"id":999,"archived":true}`); code != 404 {
 		t.Fatalf("archive an unknown conversation: %d", code)
 	}
+	// Search: the prompt and its conversation's title; bad limits refused.
+	if code, m := a.do("GET", "/search?q=plants", ""); code != 200 || len(m["results"].([]any)) < 1 ||
+		m["results"].([]any)[0].(map[string]any)["title"] != "garden" {
+		t.Fatalf("search: %d %v", code, m)
+	}
+	for _, q := range []string{"?q=x&limit=0", "?q=x&limit=101", "?q=x&limit=a", "?q=" + strings.Repeat("x", 201)} {
+		if code, _ := a.do("GET", "/search"+q, ""); code != 400 {
+			t.Errorf("search%.40s: %d", q, code)
+		}
+	}
 	if code, _ := a.do("POST", "/session/rename", `{"id":999,"title":"x"}`); code != 404 {
 		t.Fatalf("rename unknown: %d", code)
 	}

@@ -163,7 +163,26 @@ function renderConversations() {
   }));
   if (!items.length) $('conversation-list').replaceChildren(el('li', { class: 'empty', text: q ? 'No conversation has that in its title.' : 'No conversations yet.' }));
 }
-$('conversation-search').addEventListener('input', renderConversations);
+$('conversation-search').addEventListener('input', () => {
+  renderConversations();
+  clearTimeout(state.searchTimer);
+  state.searchTimer = setTimeout(searchMessages, 250);
+});
+
+// searchMessages finds the words in what was written, across this agent's
+// conversations (the agent's full-text index), below the titles found.
+async function searchMessages() {
+  const q = $('conversation-search').value.trim();
+  const box = $('search-results');
+  if (q.length < 2) { box.hidden = true; box.replaceChildren(); return; }
+  let results = [];
+  try { ({ results } = await get(`${agent}/search?q=${encodeURIComponent(q)}&limit=20`)); } catch (err) { results = []; }
+  if ($('conversation-search').value.trim() !== q) return; // typed on meanwhile
+  box.replaceChildren(el('li', { class: 'empty', text: results.length ? 'In messages:' : 'No message has that.' }),
+    ...results.map((r) => el('li', {}, el('a', { href: `#/chat/${Number(r.entry.conversation_id)}`, title: r.snippet },
+      el('strong', { text: r.title || `Conversation ${Number(r.entry.conversation_id)}` }), el('span', { class: 'snippet', text: r.snippet })))));
+  box.hidden = false;
+}
 $('show-archived').addEventListener('change', () => listConversations().catch((err) => banner(err.message)));
 // Archive puts the conversation away (or back): it leaves the list, and
 // stays readable at its address.
