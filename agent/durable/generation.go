@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 const (
@@ -173,7 +174,16 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 		}
 		if IsTransient(err) && cp.Attempt < h.opts.Retry.Max {
 			cp.Attempt++
-			return StepResult{Task: h.sleepForRetry(t, cp.Attempt, cp)}, nil
+			next := h.sleepForRetry(t, cp.Attempt, cp)
+			// Said in the conversation (and the trace): the run goes on.
+			id, merr := h.store.MintID()
+			if merr != nil {
+				return StepResult{}, merr
+			}
+			note := Entry{ID: id, ConversationID: t.ConversationID, Kind: RetryEntry, At: h.Now(), RunID: t.ID,
+				Text: fmt.Sprintf("the model call failed (%v); trying again in %s, attempt %d of %d",
+					err, next.Deadline.Sub(h.Now()).Round(time.Second), cp.Attempt+1, h.opts.Retry.Max+1)}
+			return StepResult{Task: next, Entries: []Entry{note}}, nil
 		}
 		var stop *StopError
 		if errors.As(err, &stop) {

@@ -294,6 +294,17 @@ func TestTransientErrorsSleepThenRetry(t *testing.T) {
 	if n := calls.Load(); n != 3 {
 		t.Fatalf("model called %d times, want 3", n)
 	}
+	// Each retry is said in the conversation, with its reason; the context
+	// does not carry them (the third call saw only the prompt).
+	var retries []string
+	for _, x := range e.entries(1) {
+		if x.Kind == durable.RetryEntry {
+			retries = append(retries, x.Text)
+		}
+	}
+	if len(retries) != 2 || !strings.Contains(retries[0], "429 slow down") || !strings.Contains(retries[1], "attempt 3 of") {
+		t.Fatalf("retry entries %q", retries)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	found := false

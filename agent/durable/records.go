@@ -40,6 +40,7 @@ const (
 	AgentEntry       EntryKind = "agent"             // a named agent was created, changed or deleted, for the trace
 	StoppedEntry     EntryKind = "stopped"           // the owner stopped a run (Text: why); not part of the context
 	GateEntry        EntryKind = "gate"              // the citation gate refused a reply (Text: why; the run tries again); not part of the context
+	RetryEntry       EntryKind = "retry"             // a model call failed for now and is tried again (Text: why and when); not part of the context
 )
 
 // ToolCall is one call the model asked for.

@@ -87,6 +87,7 @@ function track(e) {
     case 'owner_message': state.running.set(run, 'working'); break;
     case 'tool_call': state.running.set(run, `running ${e.tool_name}`); break;
     case 'tool_result': state.running.set(run, 'working'); break;
+    case 'retry': state.running.set(run, 'retrying'); break;
     case 'assistant_message': if (!(e.tool_calls || []).length) state.running.delete(run); else state.running.set(run, 'working'); break;
     case 'error': case 'stopped': state.running.delete(run); break;
     default:
@@ -100,6 +101,7 @@ function busyLine() {
   let text = '';
   if (waits) text = 'Waiting for your decision on an approval';
   else if (doing.some((d) => d.startsWith('running '))) text = `Agent is ${doing.find((d) => d.startsWith('running '))}…`;
+  else if (doing.includes('retrying')) text = 'The model did not answer; retrying…';
   else if (doing.length) text = timeline.drafts.size ? 'Agent is writing…' : 'Agent is working…';
   if (state.queued.length) text += `${text ? ' · ' : ''}${state.queued.length} queued`;
   line.textContent = text;
@@ -218,6 +220,8 @@ async function loadConversation(id) {
   const inspection = await get(`${agent}/inspect?limit=1000&conversation=${rid(want)}`);
   state.conversation = inspection.conversation.id;
   state.conversations.set(state.conversation, inspection.conversation);
+  // The box says what this conversation requires; a prompt may still ask for it.
+  $('cite').checked = (inspection.conversation.settings || {}).citations === 'required';
   if (!id) history.replaceState(null, '', `#/chat/${state.conversation}`);
   renderConversations();
   showWhere();

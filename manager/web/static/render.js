@@ -78,7 +78,7 @@ export class Timeline {
   add(e) {
     if (this.seen.has(e.id)) return;
     this.seen.add(e.id);
-    if (e.kind === 'assistant_message' || e.kind === 'error' || e.kind === 'stopped' || e.kind === 'gate') {
+    if (['assistant_message', 'error', 'stopped', 'gate', 'retry'].includes(e.kind)) {
       const draft = this.drafts.get(e.run_id);
       if (draft) { draft.remove(); this.drafts.delete(e.run_id); }
     }
@@ -163,6 +163,7 @@ export class Timeline {
       case 'summary': return el('li', { class: 'note', text: `summary of the earlier conversation: ${e.text}` });
       case 'reminder': return el('li', { class: 'note', text: e.text });
       case 'error': return el('li', { class: 'error', text: e.text });
+      case 'retry': return el('li', { class: 'note retry', text: `Retrying: ${e.text}` });
       case 'gate': {
         const d = (e.data && typeof e.data === 'object') ? e.data : {};
         const n = d.refusal && d.of ? ` (${d.refusal} of ${d.of})` : '';
