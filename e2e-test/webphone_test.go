@@ -264,10 +264,11 @@ func TestWebAgentsPage(t *testing.T) {
 	}
 	run(t, ctx, "rename research and give it a model", chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] input[aria-label^="name"]`), "scout"),
 		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] select`), "fake/alt"),
+		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] textarea`), "You find sources. Cite them."),
 		chromedp.Click(chromedp.CSS(`#agent-list li[data-agent="research"] button[type="submit"]`)))
 	until(t, ctx, "scout listed", `document.querySelector('#agent-list li[data-agent="scout"]') !== null && document.querySelector('#agent-list li[data-agent="research"]') === null`)
 	b := mustGet(t, user, tok, "/agents/scout").Body
-	if !strings.Contains(b, `"model":"fake/alt"`) {
+	if !strings.Contains(b, `"model":"fake/alt"`) || !strings.Contains(b, `"instructions":"You find sources. Cite them."`) {
 		t.Fatalf("scout after the form: %s", b)
 	}
 	screenshots(t, ctx, "agents")

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/affido/affido/agent/durable"
 )
@@ -72,8 +73,11 @@ type Agent struct {
 	MayMessage []string `json:"may_message"`     // agents it may send_message to
 	// CompactTokens, if set, is the context size (estimated tokens) past
 	// which this agent's conversations are summarized, instead of the sandbox's.
-	CompactTokens int       `json:"compact_tokens,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
+	CompactTokens int `json:"compact_tokens,omitempty"`
+	// Instructions are the agent's job in the owner's words, sent at the
+	// start of every model request (after the platform's own prompt).
+	Instructions string    `json:"instructions,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
 }
 
 // Builtin reports whether a is main or the worker (neither is deleted or renamed).
@@ -135,6 +139,17 @@ type Patch struct {
 	Model         *string   `json:"model"`
 	MayMessage    *[]string `json:"may_message"`
 	CompactTokens *int      `json:"compact_tokens"`
+	Instructions  *string   `json:"instructions"`
+}
+
+// MaxInstructions bounds an agent's instructions, in bytes.
+const MaxInstructions = 8 << 10
+
+func checkInstructions(s string) error {
+	if len(s) > MaxInstructions || !utf8.ValidString(s) {
+		return fmt.Errorf("%w: instructions are at most %d bytes of UTF-8", ErrInvalid, MaxInstructions)
+	}
+	return nil
 }
 
 // Compaction bounds for CompactTokens.
@@ -149,6 +164,7 @@ type Spec struct {
 	Model         string   `json:"model"`
 	MayMessage    []string `json:"may_message"`
 	CompactTokens int      `json:"compact_tokens"`
+	Instructions  string   `json:"instructions"`
 }
 
 // Create adds an owner agent (validated) and records it in the trace of
@@ -179,7 +195,11 @@ func (r *Registry) Create(ctx context.Context, main *durable.Harness, spec Spec)
 	if err := checkCompact(spec.CompactTokens); err != nil {
 		return Agent{}, err
 	}
-	a := Agent{Name: name, ID: newID(), Kind: KindOwner, Model: model, MayMessage: mayMessage, CompactTokens: spec.CompactTokens, CreatedAt: main.Now()}
+	if err := checkInstructions(spec.Instructions); err != nil {
+		return Agent{}, err
+	}
+	a := Agent{Name: name, ID: newID(), Kind: KindOwner, Model: model, MayMessage: mayMessage, CompactTokens: spec.CompactTokens,
+		Instructions: spec.Instructions, CreatedAt: main.Now()}
 	return a, r.commit(ctx, main, append(list, a), fmt.Sprintf("agent %s created", name), map[string]any{"created": a})
 }
 
@@ -222,6 +242,12 @@ func (r *Registry) Update(ctx context.Context, main *durable.Harness, name strin
 			return Agent{}, err
 		}
 		a.CompactTokens = *p.CompactTokens
+	}
+	if p.Instructions != nil {
+		if err := checkInstructions(*p.Instructions); err != nil {
+			return Agent{}, err
+		}
+		a.Instructions = *p.Instructions
 	}
 	if p.MayMessage != nil {
 		if a.Kind == KindWorker && len(*p.MayMessage) > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/affido/affido/agent/agents"
@@ -83,7 +84,7 @@ func (s *Host) openAll(ctx context.Context) error {
 		}
 	}
 	for _, a := range list {
-		if a.ID == agents.Main && a.Model == "" && a.CompactTokens == 0 {
+		if a.ID == agents.Main && a.Model == "" && a.CompactTokens == 0 && a.Instructions == "" {
 			main.Agent = a
 			rts[a.Name] = main
 			continue
@@ -185,6 +186,7 @@ func (s *Host) harnessOptions(a agents.Agent) durable.Options {
 		// A reply that must carry verified citations is shown once it passed.
 		opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }
 	}
+	opts.System = withInstructions(opts.System, a.Instructions)
 	if n := a.CompactTokens; n > 0 {
 		opts.Compaction.Threshold = n
 		if opts.Compaction.HardCap > 0 && opts.Compaction.HardCap < n {
@@ -195,4 +197,16 @@ func (s *Host) harnessOptions(a agents.Agent) durable.Options {
 	opts.OnDelta = func(conv, run int64, text string) { s.deltas.publish(id, conv, run, text) }
 	opts.OnScheduled = func(at time.Time) { s.dues.set(id, at) }
 	return opts
+}
+
+// withInstructions is the system prompt of an agent with instructions: the
+// platform's prompt, then the agent's job in the owner's words. Both stay
+// the same from request to request (no time in them), so a provider's
+// prompt cache holds.
+func withInstructions(system, instructions string) string {
+	instructions = strings.TrimSpace(instructions)
+	if instructions == "" {
+		return system
+	}
+	return strings.TrimSpace(system + "\n\nYour job, in your owner's words:\n" + instructions)
 }

@@ -44,6 +44,7 @@ type agent struct {
 	hold    chan struct{} // while non-nil, model calls wait for it
 	held    chan struct{} // receives once per model call that waits on hold
 	reading chan struct{} // receives when a request handler first reads its body
+	systems []string      // the system message of every model request, in order (under holdMu)
 }
 
 // slowProvider delays answers while a.hold is set, so tests can catch a run in flight.
@@ -55,6 +56,11 @@ type slowProvider struct {
 func (p slowProvider) Serve(ctx context.Context, w http.ResponseWriter, req openai.ChatRequest) (openai.ChatUsage, error) {
 	p.a.holdMu.Lock()
 	c := p.a.hold
+	system := ""
+	if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
+		system = req.Messages[0].Content
+	}
+	p.a.systems = append(p.a.systems, system)
 	p.a.holdMu.Unlock()
 	if c != nil {
 		select {

@@ -1,6 +1,6 @@
 // agents: the user's agents (main, the worker, and the owner's own): list,
-// create, rename, model, whom each may message, when its conversations are
-// summarized, delete; today's spend across them all.
+// create, rename, instructions (its job), model, whom each may message,
+// when its conversations are summarized, delete; today's spend across them.
 import { sandbox, agentName, call, get, post } from './api.js';
 import { el } from './render.js';
 
@@ -28,14 +28,16 @@ function agentCard(a, models, names) {
     el('option', { value: '', text: 'the sandbox default' }), ...models.map((m) => el('option', { value: m, text: m, selected: m === a.model })));
   const may = el('input', { id: id('may'), value: (a.may_message || []).join(', '), placeholder: names.filter((n) => n !== a.name).join(', '), 'aria-label': `agents ${a.name} may message` });
   const compact = el('input', { id: id('compact'), type: 'number', min: '500', max: '1000000', value: a.compact_tokens ? String(a.compact_tokens) : '', placeholder: 'sandbox default', 'aria-label': `summary threshold of agent ${a.name}, in tokens` });
+  const job = el('textarea', { id: id('instructions'), rows: 3, maxLength: 8192, value: a.instructions || '', placeholder: 'its job, in your words: sent with every request it makes', 'aria-label': `instructions of agent ${a.name}` });
   const error = el('p', { class: 'error', role: 'alert' });
   const save = el('button', { type: 'submit', class: 'quiet', text: 'Save' });
   const form = el('form', { class: 'agent-form' },
     el('label', {}, 'Name ', name), el('label', {}, 'Model ', model),
-    el('label', {}, 'May message ', may), el('label', {}, 'Summarize past (tokens) ', compact), save);
+    el('label', {}, 'May message ', may), el('label', {}, 'Summarize past (tokens) ', compact),
+    el('label', { class: 'wide-field' }, 'Instructions ', job), save);
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const patch = { model: model.value, may_message: may.value.split(',').map((s) => s.trim()).filter(Boolean), compact_tokens: compact.value ? Number(compact.value) : 0 };
+    const patch = { instructions: job.value, model: model.value, may_message: may.value.split(',').map((s) => s.trim()).filter(Boolean), compact_tokens: compact.value ? Number(compact.value) : 0 };
     if (!builtin && name.value.trim() !== a.name) patch.name = name.value.trim();
     call('PATCH', `${sandbox}/agents/${encodeURIComponent(a.name)}`, patch).then(() => {
       error.textContent = '';
