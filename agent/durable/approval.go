@@ -50,6 +50,7 @@ const (
 	AllowOnce   = "allow_once"
 	AllowAlways = "allow_always" // allow once and add a rule built from the call
 	DenyCall    = "deny"
+	DenyAlways  = "deny_always" // deny and add a rule refusing such calls (the run is told "deny")
 )
 
 // Approval is a tool call waiting for the owner. Its ID is the ID of its

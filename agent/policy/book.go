@@ -271,7 +271,8 @@ func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64,
 	}
 	var extra durable.Writes
 	var added *Rule
-	if decision == durable.AllowAlways {
+	switch decision {
+	case durable.AllowAlways:
 		p, err := b.Proposal(a)
 		if err != nil {
 			return a, nil, err
@@ -281,6 +282,18 @@ func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64,
 			return a, nil, err
 		}
 		extra, added = w, &r
+	case durable.DenyAlways:
+		// The same narrow rule, refusing: any tool may have one, and the
+		// run is told of a plain deny.
+		p, err := DenyProposal(a)
+		if err != nil {
+			return a, nil, err
+		}
+		w, r, err := b.addWrites(ctx, h, a.ConversationID, p)
+		if err != nil {
+			return a, nil, err
+		}
+		extra, added, decision = w, &r, durable.DenyCall
 	}
 	a, err = h.Decide(ctx, approvalID, decision, note, extra)
 	if err != nil {

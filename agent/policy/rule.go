@@ -227,6 +227,14 @@ func (r Rule) Describe() string {
 	}
 }
 
+// DenyProposal is the rule "Deny and make a rule" saves for a: the rule
+// Proposed would make, refusing instead of allowing.
+func DenyProposal(a durable.Approval) (Rule, error) {
+	r, err := Proposed(a)
+	r.Effect = durable.Deny
+	return r, err
+}
+
 // Proposed is the rule "allow always" adds for an approval's call: the
 // host for fetch_url; for a shell command, the exact command, or its
 // program's name ("ls ") when the program is one a command_prefix may

@@ -26,6 +26,9 @@ type approvalView struct {
 	// ProposedRule is absent when no narrow rule fits the call: then
 	// "allow always" is refused and the owner allows it once.
 	ProposedRule *ruleJSON `json:"proposed_rule,omitempty"`
+	// ProposedDenyRule is the rule "deny_always" saves (absent when no
+	// narrow rule fits the call).
+	ProposedDenyRule *ruleJSON `json:"proposed_deny_rule,omitempty"`
 }
 
 func viewOf(book *policy.Book, a durable.Approval, status string) approvalView {
@@ -33,6 +36,10 @@ func viewOf(book *policy.Book, a durable.Approval, status string) approvalView {
 	if r, err := book.Proposal(a); err == nil {
 		p := ruleView(r)
 		v.ProposedRule = &p
+	}
+	if r, err := policy.DenyProposal(a); err == nil {
+		p := ruleView(r)
+		v.ProposedDenyRule = &p
 	}
 	return v
 }
@@ -68,9 +75,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	switch {
-	case body.Decision != durable.AllowOnce && body.Decision != durable.AllowAlways && body.Decision != durable.DenyCall:
-		return problem.New(http.StatusBadRequest, "bad-decision", `decision is "allow_once", "allow_always" or "deny"`)
-	case body.Note != "" && body.Decision != durable.DenyCall:
+	case body.Decision != durable.AllowOnce && body.Decision != durable.AllowAlways && body.Decision != durable.DenyCall && body.Decision != durable.DenyAlways:
+		return problem.New(http.StatusBadRequest, "bad-decision", `decision is "allow_once", "allow_always", "deny" or "deny_always"`)
+	case body.Note != "" && body.Decision != durable.DenyCall && body.Decision != durable.DenyAlways:
 		return problem.New(http.StatusBadRequest, "bad-note", "a note goes with a deny (the model reads it)")
 	case len(body.Note) > 4096:
 		return problem.New(http.StatusBadRequest, "bad-note", "a note is at most 4096 bytes")
@@ -87,7 +94,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, durable.ErrDecided):
 		return problem.New(http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already", id))
 	case errors.Is(err, policy.ErrNoProposal), errors.Is(err, policy.ErrInvalidRule):
-		return problem.New(http.StatusBadRequest, "no-rule", "allow always needs a rule narrower than the whole tool, and none fits this call; allow it once, or add a rule with POST /rules: "+err.Error())
+		return problem.New(http.StatusBadRequest, "no-rule", "allow always and deny always need a rule narrower than the whole tool, and none fits this call; decide it once, or add a rule with POST /rules: "+err.Error())
 	case err != nil:
 		return err
 	}

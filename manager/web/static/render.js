@@ -194,7 +194,7 @@ export class Timeline {
     const act = (decision) => async () => {
       for (const b of card.querySelectorAll('button')) b.disabled = true;
       try {
-        await this.decide(a.id, decision, decision === 'deny' ? note.value : '');
+        await this.decide(a.id, decision, decision.startsWith('deny') ? note.value : '');
         // The buttons are gone: keep the keyboard's place on the card.
         card.tabIndex = -1;
         if (card.isConnected) card.focus({ preventScroll: true });
@@ -216,12 +216,20 @@ export class Timeline {
 
   // offerAlways adds "Allow always", naming the rule it saves, once the
   // pending approval's proposed rule is known (none when no narrow rule fits).
+  // "Deny always" likewise names the deny rule it saves (with the note).
   offerAlways(card, view) {
     const actions = card.querySelector('.actions');
-    if (!actions || !view || !view.proposed_rule || actions.querySelector('[data-decision="allow_always"]')) return;
-    const always = el('button', { type: 'button', class: 'quiet', text: `Allow always: ${describeRule(view.proposed_rule)}`, 'data-decision': 'allow_always' });
-    always.addEventListener('click', card.act('allow_always'));
-    actions.insertBefore(always, actions.children[1]);
+    if (!actions || !view) return;
+    if (view.proposed_rule && !actions.querySelector('[data-decision="allow_always"]')) {
+      const always = el('button', { type: 'button', class: 'quiet', text: `Allow always: ${describeRule(view.proposed_rule)}`, 'data-decision': 'allow_always' });
+      always.addEventListener('click', card.act('allow_always'));
+      actions.insertBefore(always, actions.children[1]);
+    }
+    if (view.proposed_deny_rule && !actions.querySelector('[data-decision="deny_always"]')) {
+      const never = el('button', { type: 'button', class: 'quiet', text: `Deny and make a rule: ${describeRule(view.proposed_deny_rule)}`, 'data-decision': 'deny_always' });
+      never.addEventListener('click', card.act('deny_always'));
+      actions.insertBefore(never, actions.querySelector('input'));
+    }
   }
 
   // pendingChanged updates the cards once the pending approvals are read.

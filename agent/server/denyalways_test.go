@@ -1,0 +1,38 @@
+package server_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// "Deny and make a rule": the call is refused and a deny rule from it is
+// saved (shown first on the card); the next identical call is refused
+// without asking, and nothing of either ran. Tried: a note with it, and a
+// decision that is none of the four.
+func TestDenyAlwaysRefusesTheNextCallWithoutAsking(t *testing.T) {
+	a := newAgent(t)
+	id, view := a.waitingApproval(a.prompt("run: touch denied-once"))
+	deny := view["proposed_deny_rule"].(map[string]any)
+	if deny["effect"] != "deny" || !strings.HasPrefix(deny["words"].(string), "Deny shell") {
+		t.Fatalf("the proposed deny rule: %v", deny)
+	}
+	m := a.decideRun(id, `{"decision":"deny_always","note":"never touch files"}`)
+	if m["status"] != "done" || m["rule"].(map[string]any)["effect"] != "deny" || m["rule"].(map[string]any)["words"] != deny["words"] {
+		t.Fatalf("deny always: %v", m)
+	}
+	if m := a.prompt("run: touch denied-once"); m["status"] != "done" || m["waiting_for"] != nil {
+		t.Fatalf("the same call again: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(a.ws, "denied-once")); err == nil {
+		t.Fatal("a denied call ran")
+	}
+	_, pending := a.do("GET", "/approvals", "")
+	if n := len(pending["approvals"].([]any)); n != 0 {
+		t.Fatalf("%d approvals wait after the rule", n)
+	}
+	if code, _ := a.do("POST", "/approvals/1", `{"decision":"deny_forever"}`); code != 400 {
+		t.Fatalf("an unknown decision: %d", code)
+	}
+}
