@@ -196,7 +196,7 @@ export async function showSettings() {
   const wake = sb.reported_wake_at || sb.wake_at;
   $('sandbox-state').textContent = `state: ${sb.state}; last active ${when(sb.last_active_at)}; next wake ${wake ? when(wake) : 'none'}`;
   $('notify-url').value = notify.url || '';
-  $('notify-state').textContent = notify.url ? `notifications go to ${notify.url}` : 'no notification URL: notifications are kept but not sent';
+  $('notify-state').textContent = notify.url ? `notifications go to ${notify.url}` : 'no ntfy URL: notifications go only to the devices notified above (none: they are kept, not sent)';
   const tools = Object.keys(rules.defaults || {}).sort();
   const chosen = $('rule-tool').value;
   $('rule-tool').replaceChildren(...tools.map((t) => el('option', { value: t, text: `${t} (default ${rules.defaults[t]})` })));
