@@ -226,9 +226,10 @@ func TestWebConversationAddressesAndBack(t *testing.T) {
 	}
 }
 
-// A slow run shows a busy line and a Stop button; Stop ends it durably:
-// the conversation says "stopped by you", no reply comes, and the agent's
-// store has the stopped entry.
+// A slow run shows a busy line and a Stop button, and a prompt sent
+// meanwhile shows as queued (after a reload too); Stop ends the slow run
+// durably: the conversation says "stopped by you", no reply comes, the
+// agent's store has the stopped entry, and the queued prompt runs.
 func TestWebStopEndsASlowRun(t *testing.T) {
 	user, password, tok := webUser(t, "stop")
 	ctx, done := browser(t)
@@ -236,15 +237,19 @@ func TestWebStopEndsASlowRun(t *testing.T) {
 	signInInBrowser(t, ctx, user, password)
 	sendInBrowser(t, ctx, "slow 60000: think for a minute")
 	until(t, ctx, "busy, with Stop", `!document.querySelector('#run-state').hidden && document.querySelector('#run-state').textContent.includes('Agent is') && !document.querySelector('#stop').hidden`)
+	// A prompt sent meanwhile waits its turn: shown as queued, also after a reload.
+	sendInBrowser(t, ctx, "and now?")
+	until(t, ctx, "queued", `[...document.querySelectorAll('#timeline li.queued')].some(li => li.textContent.includes('and now?'))`)
 	screenshots(t, ctx, "busy")
+	run(t, ctx, "reload", chromedp.Reload())
+	until(t, ctx, "still queued after the reload, Stop offered", `[...document.querySelectorAll('#timeline li.queued')].some(li => li.textContent.includes('and now?')) && !document.querySelector('#stop').hidden`)
 	run(t, ctx, "stop", chromedp.Click(chromedp.ID("stop")))
 	until(t, ctx, "stopped, not busy", `[...document.querySelectorAll('#timeline li.stopped')].some(li => li.textContent.includes('stopped by you')) && document.querySelector('#stop').hidden && document.querySelector('#run-state').hidden`)
 	b := mustGet(t, user, tok, "/inspect?limit=100").Body
 	if !strings.Contains(b, `"kind":"stopped"`) || strings.Contains(b, "echo: slow 60000") {
 		t.Fatalf("the store after Stop: %s", b)
 	}
-	sendInBrowser(t, ctx, "and now?")
-	until(t, ctx, "the next prompt runs", cardsWith("echo: and now?")+` === 1`)
+	until(t, ctx, "the queued prompt runs, no longer queued", cardsWith("echo: and now?")+` === 1 && document.querySelectorAll('#timeline li.queued').length === 0`)
 }
 
 // The Agents page: make an agent, rename it and set its model, see today's

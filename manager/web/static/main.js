@@ -237,6 +237,12 @@ async function loadConversation(id) {
     last = Math.max(last, e.id);
     if (e.kind === 'citation') cited.add(e.run_id);
   }
+  // Prompts admitted but not yet taken (a run ahead of them waits) show
+  // as queued, from the store, so a reload keeps them.
+  state.queued = [];
+  for (const sub of inspection.submissions || []) {
+    if (sub.status === 'queued' && sub.input && sub.input.text) queue(sub.input.text);
+  }
   timeline.toBottom();
   refreshPending();
   for (const run of cited) showCitations(run);
