@@ -224,6 +224,12 @@ func TestWebConversationAddressesAndBack(t *testing.T) {
 	if b := mustGet(t, user, tok, "/search?q=homelab").Body; !strings.Contains(b, "is the homelab OK?") {
 		t.Fatalf("search by API: %s", b)
 	}
+	// Delete, two presses: the conversation goes, from the list too.
+	run(t, ctx, "delete, twice", chromedp.Click(chromedp.ID("delete-conversation")), chromedp.Click(chromedp.ID("delete-conversation")))
+	until(t, ctx, "gone, another shown", fmt.Sprintf(`location.hash !== %q && location.hash.startsWith('#/chat/') && ![...document.querySelectorAll('#conversation-list a')].some(a => a.textContent === 'water the plants')`, second))
+	if b := mustGet(t, user, tok, "/sessions").Body; strings.Contains(b, "water the plants") {
+		t.Fatalf("the deleted conversation is still listed: %s", b)
+	}
 }
 
 // A slow run shows a busy line and a Stop button, and a prompt sent

@@ -456,6 +456,28 @@ func TestHousekeepingRoutes(t *testing.T) {
 	if code, _ := a.do("POST", "/session/archive", `{"id":999,"archived":true}`); code != 404 {
 		t.Fatalf("archive an unknown conversation: %d", code)
 	}
+	// Delete: a new conversation with a prompt goes whole; the root stays;
+	// twice is a 404.
+	_, c := a.do("POST", "/session/new", `{"title":"scratch"}`)
+	scratch := jsonNum(c["conversation_id"].(float64))
+	if code, m := a.do("POST", "/prompt", `{"text":"throwaway words","conversation":`+scratch+`}`); code != 200 {
+		t.Fatalf("prompt scratch: %d %v", code, m)
+	}
+	if code, m := a.do("POST", "/session/delete", `{"id":`+scratch+`}`); code != 200 {
+		t.Fatalf("delete: %d %v", code, m)
+	}
+	if code, _ := a.do("GET", "/inspect?conversation="+scratch, ""); code != 404 {
+		t.Fatalf("a deleted conversation: %d", code)
+	}
+	if _, m := a.do("GET", "/session", ""); m["conversation_id"] != float64(1) {
+		t.Fatalf("the current conversation after deleting it: %v", m)
+	}
+	if code, _ := a.do("POST", "/session/delete", `{"id":`+scratch+`}`); code != 404 {
+		t.Fatalf("delete twice: %d", code)
+	}
+	if code, _ := a.do("POST", "/session/delete", `{"id":1}`); code != 400 {
+		t.Fatalf("delete the root: %d", code)
+	}
 	// Search: the prompt and its conversation's title; bad limits refused.
 	if code, m := a.do("GET", "/search?q=plants", ""); code != 200 || len(m["results"].([]any)) < 1 ||
 		m["results"].([]any)[0].(map[string]any)["title"] != "garden" {

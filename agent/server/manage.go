@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/reminders"
 	"github.com/affido/affido/internal/problem"
 )
@@ -80,6 +81,40 @@ func (s *Server) sessionArchive(w http.ResponseWriter, r *http.Request) error {
 	return s.changeConversation(w, r, body.ID, func(st *durable.Store) error {
 		return st.ArchiveConversation(r.Context(), body.ID, *body.Archived)
 	})
+}
+
+// sessionDelete deletes a conversation and all of it ({"id"}): 409 while
+// anything of it is in flight, 400 for the root conversation. The agent's
+// current conversation, if it was this one, becomes the root.
+func (s *Server) sessionDelete(w http.ResponseWriter, r *http.Request) error {
+	var body struct {
+		ID int64 `json:"id"`
+	}
+	if err := decodeBody(w, r, &body); err != nil {
+		return err
+	}
+	h, err := s.harness(r)
+	if err != nil {
+		return err
+	}
+	err = h.Store().DeleteConversation(r.Context(), body.ID)
+	switch {
+	case errors.Is(err, durable.ErrNotFound):
+		return problem.New(http.StatusNotFound, "unknown-conversation", fmt.Sprintf("no conversation %d", body.ID))
+	case errors.Is(err, durable.ErrLiveWork):
+		return problem.New(http.StatusConflict, "conversation-busy", err.Error())
+	case errors.Is(err, durable.ErrRootConversation):
+		return problem.New(http.StatusBadRequest, "root-conversation", err.Error())
+	case err != nil:
+		return err
+	}
+	if cur, err := host.CurrentConversation(r.Context(), h); err == nil && cur == body.ID {
+		if err := host.SetCurrentConversation(r.Context(), h, durable.RootConversation); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": body.ID})
+	return nil
 }
 
 func (s *Server) reminderList(w http.ResponseWriter, r *http.Request) error {

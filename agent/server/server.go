@@ -155,6 +155,7 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /session/switch", s.sessionSwitch)
 	handle("POST /session/rename", s.sessionRename)
 	handle("POST /session/archive", s.sessionArchive)
+	handle("POST /session/delete", s.sessionDelete)
 	handle("GET /search", s.search)
 	handle("GET /reminders", s.reminderList)
 	handle("POST /reminders/{id}/cancel", s.reminderCancel)

@@ -198,7 +198,25 @@ $('archive').addEventListener('click', () => {
   }).catch((err) => banner(err.message));
 });
 
+// Delete: two presses, no dialog (the first asks); refused while the
+// conversation has work in flight, and for the agent's root conversation.
+$('delete-conversation').addEventListener('click', () => {
+  const b = $('delete-conversation');
+  if (!b.dataset.armed) { b.dataset.armed = '1'; b.textContent = 'Delete it, all of it?'; return; }
+  post(`${agent}/session/delete`, { id: state.conversation }).then(() => {
+    state.conversations.delete(state.conversation);
+    state.conversation = 0;
+    location.hash = '#/chat';
+  }).catch((err) => banner(`Not deleted: ${err.message}`)).finally(() => disarmDelete());
+});
+
+function disarmDelete() {
+  delete $('delete-conversation').dataset.armed;
+  $('delete-conversation').textContent = 'Delete';
+}
+
 function showArchived() {
+  disarmDelete();
   const c = state.conversations.get(state.conversation);
   $('archive').textContent = c && c.archived ? 'Unarchive' : 'Archive';
 }
