@@ -119,11 +119,23 @@ func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
 		mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":"errand %d"}`, i), 200)
 	}
 	check("3-conversations", 3)
-	mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":%q}`, title200), 200)
+	longTitle := mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":%q}`, title200), 200)
 	for i := 0; i < 16; i++ {
 		mustPost(t, user, tok, "/session/new", fmt.Sprintf(`{"title":"more errands %d"}`, i), 200)
 	}
 	check("20-conversations", 20)
+	// The conversation with the 200-character unbroken title, open at a
+	// phone's width: the header cuts the title, nothing reaches past.
+	run(t, ctx, "the long title at a phone's width", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
+		chromedp.Navigate(fmt.Sprintf("%s/app/#/chat/%d", baseURL, int64(longTitle["conversation_id"].(float64)))), chromedp.Reload())
+	until(t, ctx, "its title in the header", `document.querySelector('#where-title').textContent.startsWith('WWWW')`)
+	if bad := evalString(t, ctx, outside); bad != "[]" {
+		t.Errorf("the long title at a phone's width: elements past the viewport: %s", bad)
+	}
+	for _, sel := range []string{"#prompt", "#send", "header.top"} {
+		until(t, ctx, "long title: "+sel+" on screen and tappable", reachable(sel))
+	}
+	screenshots(t, ctx, "long-title")
 	// Every page at both widths, with the long title in the rail.
 	for _, page := range []string{"approvals", "reminders", "files", "skills", "trace", "activity", "settings"} {
 		run(t, ctx, page, chromedp.Navigate(baseURL+"/app/#/"+page))
