@@ -223,6 +223,10 @@ func (h *Harness) Decide(ctx context.Context, approvalID int64, decision, note s
 	if err != nil {
 		return a, err
 	}
+	read := t // the task as it waited: the commit is refused if it changed since (a Stop)
+	if beforeDecideCommit != nil {
+		beforeDecideCommit()
+	}
 	id, err := h.store.MintID()
 	if err != nil {
 		return a, err
@@ -238,11 +242,19 @@ func (h *Harness) Decide(ctx context.Context, approvalID int64, decision, note s
 	w := extra
 	w.Entries = append(append([]Entry(nil), extra.Entries...), entry)
 	w.Tasks = append(append([]Task(nil), extra.Tasks...), t)
-	if err := h.Commit(ctx, w); err != nil {
+	if err := h.commit(ctx, 0, w, read); errors.Is(err, errStale) {
+		return a, fmt.Errorf("approval %d: %w", approvalID, ErrDecided) // stopped (or decided) meanwhile
+	} else if err != nil {
 		return a, err
 	}
+	h.poke()
+	h.notify()
 	return a, nil
 }
+
+// beforeDecideCommit, set by tests only, runs between Decide's read of the
+// waiting task and its commit: where a Stop can come between.
+var beforeDecideCommit func()
 
 // Waiting returns the approval if it still waits for the owner:
 // ErrNotFound for no such approval, ErrDecided for one decided already.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +104,35 @@ func TestStopEndsARunDurably(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after a restart")
+}
+
+// The owner stops a run while, on another device, the same owner allows
+// the call it waits on: if the Stop lands between the decision's read and
+// its commit, the decision is refused (ErrDecided) and the tool never runs;
+// the run stays stopped. Tried with the Stop forced into that gap.
+func TestStopBetweenADecisionsReadAndCommitWins(t *testing.T) {
+	var runs atomic.Int32
+	e := newEnv(t, durable.Options{Policy: &askPolicy{}, Tools: []durable.Tool{countingTool("poke", &runs)}})
+	sub := e.settle(1, durable.Input{Text: `call poke {"x":1}`})
+	a := e.pending()[0]
+	durable.SetBeforeDecideCommit(func() {
+		if _, err := e.h.Stop(ctx, a.RunID); err != nil {
+			t.Errorf("stop in the gap: %v", err)
+		}
+	})
+	defer durable.SetBeforeDecideCommit(nil)
+	if _, err := e.h.Decide(ctx, a.ID, durable.AllowOnce, "", durable.Writes{}); !errors.Is(err, durable.ErrDecided) {
+		t.Fatalf("a decision after the stop: %v", err)
+	}
+	durable.SetBeforeDecideCommit(nil)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := e.h.WaitIdle(wctx); err != nil {
+		t.Fatal(err)
+	}
+	task, err := e.store.Task(ctx, a.RunID)
+	if err != nil || task.State != durable.Terminal || task.Outcome != durable.Aborted || runs.Load() != 0 {
+		t.Fatalf("after the race: task %+v %v, the tool ran %d times", task, err, runs.Load())
+	}
+	_ = sub
 }
