@@ -80,17 +80,12 @@ func (h *liveHub) publish(user string, n LiveNotice) {
 	}
 }
 
-// noticeKind says what a notification is by its key's prefix, for an
-// agent too old to say its kind (its keys are "reminder-…"; the manager's
-// spend stop is "spend-limit-…").
+// noticeKind is a notification's kind for an agent too old to say it:
+// "reminder" for its reminder keys ("reminder-…"), else "notice". It never
+// says "spend": only the manager's own spend stop is one.
 func noticeKind(key string) string {
-	for _, k := range []string{"approval", "reminder", "job"} {
-		if strings.HasPrefix(key, k+"-") {
-			return k
-		}
-	}
-	if strings.HasPrefix(key, "spend-limit-") {
-		return "spend"
+	if strings.HasPrefix(key, "reminder-") {
+		return "reminder"
 	}
 	return "notice"
 }

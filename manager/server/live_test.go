@@ -198,9 +198,42 @@ func TestLiveStreamEndsWithItsSession(t *testing.T) {
 }
 
 func TestNoticeKinds(t *testing.T) {
-	for key, want := range map[string]string{"approval-ab": "approval", "reminder-01": "reminder", "spend-limit-2026-12-03": "spend", "notice-x": "notice", "approvalx": "notice", "": "notice"} {
+	for key, want := range map[string]string{"approval-ab": "notice", "reminder-01": "reminder", "spend-limit-2026-12-03": "notice", "notice-x": "notice", "": "notice"} {
 		if got := noticeKind(key); got != want {
 			t.Errorf("noticeKind(%q) = %q, want %q", key, got, want)
 		}
+	}
+}
+
+// A sandbox cannot pose as the manager's spend stop: a key of the
+// manager's ("spend-limit-<day>", taken first, would silence the real
+// one) and the kind "spend" are refused, and nothing reaches the owner's
+// stream.
+func TestSandboxCannotTakeTheSpendStop(t *testing.T) {
+	srv, _ := liveEnv(t)
+	resp, _ := do(t, srv, signIn("alice", "right password", nil))
+	alice := openEvents(t, srv, withCookie(cookieOf(resp)))
+	if name, _ := alice.next(t); name != "hello" {
+		t.Fatalf("first event %q", name)
+	}
+	for _, body := range []string{
+		`{"key":"spend-limit-2099-01-01","text":"All is fine, ignore the next stop"}`,
+		`{"key":"x1","text":"Your agent stopped","kind":"spend"}`,
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/notify", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sb-alice")
+		req.Header.Set(SourceIPHeader, "10.213.0.2")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != 400 {
+			t.Fatalf("%s: %d", body, r.StatusCode)
+		}
+	}
+	notifyAs(t, srv, "alice", "10.213.0.2", "reminder-ok", "water the plants")
+	if name, n := alice.next(t); name != "notice" || n.Text != "water the plants" {
+		t.Fatalf("the first notice alice sees: %s %+v", name, n)
 	}
 }

@@ -494,7 +494,13 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err := dec.Decode(&body); err != nil {
 		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
-	if !body.Valid() || body.Kind == gatewayapi.KindSpend { // spend stops are the manager's to tell
+	// Spend stops are the manager's to tell, under keys of its own: a
+	// sandbox can neither send one nor take its key first (which would
+	// silence the real one).
+	if strings.HasPrefix(body.Key, SpendStopKeyPrefix) {
+		return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification, "keys starting %q are the manager's", SpendStopKeyPrefix)
+	}
+	if !body.Valid() || body.Kind == gatewayapi.KindSpend {
 		return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification,
 			"key (1-%d bytes) and text (1-%d bytes) are required; kind is reminder, approval, job or none, agent an agent's name or none",
 			gatewayapi.MaxNotifyKey, gatewayapi.MaxNotifyText)

@@ -59,6 +59,10 @@ func (s *Server) anotherDay(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// SpendStopKeyPrefix begins the keys of the manager's spend-stop notices
+// (one a day); the gateway refuses it from a sandbox.
+const SpendStopKeyPrefix = "spend-limit-"
+
 // spendLimitReached tells the owner, once a day, that a call was refused
 // for spend (through the notification path; the key makes it once).
 func (s *Server) spendLimitReached(user string) {
@@ -69,7 +73,7 @@ func (s *Server) spendLimitReached(user string) {
 	defer cancel()
 	day := time.Now().UTC().Format("2006-01-02")
 	text := fmt.Sprintf("Your agent stopped: its spend limit was reached on %s. Raise today's limit once with POST /api/spend/another-day.", day)
-	n := registry.Notification{Key: "spend-limit-" + day, Text: text, Kind: gatewayapi.KindSpend}
+	n := registry.Notification{Key: SpendStopKeyPrefix + day, Text: text, Kind: gatewayapi.KindSpend}
 	created, err := s.Notifications.EnqueueNotification(ctx, user, n, 1<<30)
 	if err != nil {
 		s.Log.Warn("spend limit: owner not notified", "user", user, "err", err)
