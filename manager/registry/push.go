@@ -42,10 +42,17 @@ func (s *Store) VAPIDKeys(ctx context.Context, priv, pub []byte) (storedPriv, st
 	return storedPriv, storedPub, nil
 }
 
+// ErrEndpointTaken is returned for a push endpoint another user holds,
+// claimed without that subscription's keys.
+var ErrEndpointTaken = errors.New("the push endpoint belongs to another user's subscription")
+
 // PutPushSubscription stores sub (its Endpoint, P256dh and Auth) for
 // user's unexpired web session whose token is session, and returns its id.
 // An endpoint stored already is one browser subscribing again: it moves to
-// this session with the new keys. Then user's oldest subscriptions past
+// this session with the new keys, if it is user's, or if it comes with the
+// keys it has (the browser that holds them, signed in as another user);
+// else ErrEndpointTaken (someone who learned another's endpoint cannot
+// take its pushes). Then user's oldest subscriptions past
 // max are dropped. ErrUnauthenticated when user has no such session.
 func (s *Store) PutPushSubscription(ctx context.Context, user, session string, sub PushSubscription, max int) (int64, error) {
 	var id int64
@@ -54,9 +61,21 @@ func (s *Store) PutPushSubscription(ctx context.Context, user, session string, s
 			SELECT user_id, id, $3, $4, $5 FROM session WHERE token_hash = $1 AND user_id = $2 AND expires_at > now()
 			ON CONFLICT (endpoint) DO UPDATE SET user_id = EXCLUDED.user_id, session_id = EXCLUDED.session_id,
 				p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, created_at = now(), last_sent_at = NULL, last_error = ''
+			WHERE push_subscriptions.user_id = EXCLUDED.user_id
+				OR (push_subscriptions.p256dh = EXCLUDED.p256dh AND push_subscriptions.auth = EXCLUDED.auth)
 			RETURNING id`, HashToken(session), user, sub.Endpoint, sub.P256dh, sub.Auth).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrUnauthenticated
+			// No session, or the endpoint is another user's and these are
+			// not its keys: only that browser (which holds them) moves it.
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM session WHERE token_hash = $1 AND user_id = $2 AND expires_at > now()`,
+				HashToken(session), user).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return ErrUnauthenticated
+			}
+			return ErrEndpointTaken
 		}
 		if err != nil {
 			return err

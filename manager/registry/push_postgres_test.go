@@ -104,7 +104,15 @@ func TestPostgresPushSubscriptionsFollowTheirSession(t *testing.T) {
 		t.Fatalf("keys %+v", subs[0])
 	}
 
-	// The browser of ep("c") signs in as user: the endpoint moves to it.
+	// Someone who learned ep("c") but has not its keys cannot take it:
+	// the other user keeps it.
+	if _, err := store.PutPushSubscription(ctx, user, s2, pushSub(ep("c"), 9), 20); !errors.Is(err, registry.ErrEndpointTaken) {
+		t.Fatalf("another user's endpoint with other keys: %v", err)
+	}
+	if got := endpoints(t, store, other); len(got) != 1 || got[0] != ep("c") {
+		t.Fatalf("after a refused takeover, the other user has %v", got)
+	}
+	// The browser of ep("c") (its keys) signs in as user: the endpoint moves to it.
 	if err := put(user, s2, ep("c"), 20); err != nil {
 		t.Fatal(err)
 	}

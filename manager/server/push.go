@@ -94,6 +94,9 @@ func (s *Server) subscribePush(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	id, err := s.Push.PutPushSubscription(r.Context(), user, session, sub, MaxPushSubscriptions)
+	if errors.Is(err, registry.ErrEndpointTaken) {
+		return problem.New(http.StatusConflict, "endpoint-taken", "this push endpoint belongs to another user's subscription")
+	}
 	if errors.Is(err, registry.ErrUnauthenticated) { // signed out or revoked meanwhile
 		return problem.New(http.StatusUnauthorized, "unauthenticated", "the session ended; sign in again")
 	}
