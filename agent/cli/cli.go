@@ -217,6 +217,14 @@ func serve(ctx context.Context) error {
 		WorkerTools:  tools.WebTools(model),
 		WorkerSystem: workerPrompt,
 		// The owner hears of every approval through the notification path.
+		// And of every scheduled job's result, with the reply's start.
+		OnAnswer: func(agent string, in durable.Input, answer durable.Entry) []durable.Task {
+			job := in.Options["job"]
+			if job == "" {
+				return nil
+			}
+			return []durable.Task{reminders.Notice(gatewayapi.KindJob, agent, jobNotice(agent, job, answer.Text), answer.At)}
+		},
 		OnApproval: func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task {
 			return []durable.Task{reminders.Notice(gatewayapi.KindApproval, agent, approvalNotice(agent, a, proposal, cmp.Or(id.User(), "<you>")), a.AskedAt)}
 		},
@@ -287,6 +295,16 @@ func loadIdentity(dir string) (*identity.Store, error) {
 
 // approvalNotice is the owner's notification of an approval: the call,
 // its hash, why it asks and what "allow always" would add.
+// jobNotice is what the owner reads when a scheduled job of agent ran:
+// which job, and the start of its reply (the whole is in the conversation).
+func jobNotice(agent, job, reply string) string {
+	const most = 600
+	if len(reply) > most {
+		reply = strings.ToValidUTF8(reply[:most], "") + "…"
+	}
+	return fmt.Sprintf("Scheduled job %s of your agent %s ran: %s", job, agent, reply)
+}
+
 func approvalNotice(agent string, a durable.Approval, proposal *policy.Rule, user string) string {
 	route := fmt.Sprintf("/u/%s/approvals", user)
 	if agent != agents.Main {

@@ -245,6 +245,13 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 	sub.Status, sub.AnswerEntryID = Done, entryID
 	res.Task = t.end(h.Now(), Completed, "")
 	res.Submissions = []Submission{sub}
+	if h.opts.OnAnswer != nil {
+		tasks, err := h.mintTasks(t, h.opts.OnAnswer(sub.Input, entry))
+		if err != nil {
+			return StepResult{}, err
+		}
+		res.NewTasks = append(res.NewTasks, tasks...)
+	}
 	if th := h.opts.Compaction.Threshold; th > 0 && c.Tokens+(len(resp.Text)+3)/4 > th {
 		if st, err := h.summaryTask(ctx, t.ConversationID); err == nil && st != nil {
 			res.NewTasks = append(res.NewTasks, *st)

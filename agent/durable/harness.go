@@ -105,8 +105,12 @@ type Options struct {
 	// OnApproval returns tasks to commit with a new approval (the owner's
 	// notification); IDs are assigned by the harness.
 	OnApproval func(a Approval) []Task
-	Now        func() time.Time
-	Log        *slog.Logger
+	// OnAnswer returns tasks to commit with a run's answer (the owner's
+	// notification of a scheduled job's result, for example), given the
+	// input the run answered and its reply.
+	OnAnswer func(in Input, answer Entry) []Task
+	Now      func() time.Time
+	Log      *slog.Logger
 }
 
 // Harness runs tasks over a Store. It is the only writer of its store.

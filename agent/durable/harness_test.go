@@ -753,3 +753,33 @@ func TestStopErrorEndsTheRunWithItsReason(t *testing.T) {
 		t.Fatalf("entries %s", k)
 	}
 }
+
+// A run's answer hands its input and reply to OnAnswer, whose tasks are
+// committed with the answer (a job's result noticed to the owner): once,
+// and not for a run that ends without an answer.
+func TestOnAnswerTasksCommitWithTheAnswer(t *testing.T) {
+	var got []string
+	e := newEnv(t, durable.Options{
+		OnAnswer: func(in durable.Input, answer durable.Entry) []durable.Task {
+			got = append(got, in.Options["job"]+"|"+answer.Text)
+			return []durable.Task{{Kind: "noop", State: durable.Terminal, Outcome: durable.Completed}}
+		},
+	})
+	sub := e.ask(1, durable.Input{Text: "hello", Options: map[string]string{"job": "7"}})
+	if sub.Status != durable.Done || len(got) != 1 || got[0] != "7|echo: hello" {
+		t.Fatalf("answer %+v, OnAnswer saw %q", sub, got)
+	}
+	p, err := e.store.Tasks(ctx, []durable.TaskState{durable.Terminal}, durable.Scan{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tk := range p.Items {
+		if tk.Kind == "noop" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d tasks from OnAnswer committed, want 1", n)
+	}
+}

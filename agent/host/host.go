@@ -43,6 +43,8 @@ type Config struct {
 	// OnApproval returns tasks to commit with a new approval of agent
 	// (the owner's notification).
 	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task
+	// OnAnswer returns tasks to commit with a run's answer of agent.
+	OnAnswer func(agent string, in durable.Input, answer durable.Entry) []durable.Task
 	// MessageTimeout bounds how long send_message and delegate wait for a
 	// reply (default 10 min).
 	MessageTimeout time.Duration

@@ -153,6 +153,9 @@ func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) 
 	opts := s.harnessOptions(a)
 	rt := &Runtime{Agent: a, Book: &policy.Book{Tools: opts.Tools, HoldsNoOwnerData: a.Kind == agents.KindWorker}}
 	opts.Policy = rt.Book
+	if s.cfg.OnAnswer != nil {
+		opts.OnAnswer = func(in durable.Input, answer durable.Entry) []durable.Task { return s.cfg.OnAnswer(a.Name, in, answer) }
+	}
 	if s.cfg.OnApproval != nil {
 		opts.OnApproval = func(ap durable.Approval) []durable.Task {
 			var proposal *policy.Rule

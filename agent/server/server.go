@@ -84,6 +84,9 @@ type Config struct {
 	// OnApproval returns tasks to commit with a new approval of agent
 	// (the owner's notification).
 	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task
+	// OnAnswer returns tasks to commit with a run's answer of agent (the
+	// owner hears of a scheduled job's result).
+	OnAnswer func(agent string, in durable.Input, answer durable.Entry) []durable.Task
 	// MessageTimeout bounds how long send_message and delegate wait for a
 	// reply (default 10 min).
 	MessageTimeout time.Duration
@@ -128,7 +131,7 @@ func New(cfg Config) *Server {
 	if s.host == nil {
 		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Model: cfg.Model,
 			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
-			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval,
+			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval, OnAnswer: cfg.OnAnswer,
 			MessageTimeout: cfg.MessageTimeout})
 	}
 	return s

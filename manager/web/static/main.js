@@ -148,7 +148,7 @@ const stream = new Stream({
 const live = new Live({
   onApprovals: showApprovals,
   onNotice: (n) => {
-    if (n.kind === 'reminder' && !$('page-reminders').hidden) showReminders().catch(() => {});
+    if ((n.kind === 'reminder' || n.kind === 'job') && !$('page-reminders').hidden) showReminders().catch(() => {});
   },
 });
 
