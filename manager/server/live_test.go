@@ -237,3 +237,32 @@ func TestSandboxCannotTakeTheSpendStop(t *testing.T) {
 		t.Fatalf("the first notice alice sees: %s %+v", name, n)
 	}
 }
+
+// A sandbox cannot flood its owner: past NotifyBurst notifications at once
+// the gateway answers 429 with Retry-After, and the owner's stream saw
+// exactly the burst. Another user's sandbox is not held up by it.
+func TestNotificationsAreRateLimitedPerUser(t *testing.T) {
+	srv, _ := liveEnv(t)
+	send := func(user, ip, key string) *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/gateway/notify", strings.NewReader(fmt.Sprintf(`{"key":%q,"text":"phish"}`, key)))
+		req.Header.Set("Authorization", "Bearer sb-"+user)
+		req.Header.Set(SourceIPHeader, ip)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		return r
+	}
+	for i := 0; i < NotifyBurst; i++ {
+		if r := send("alice", "10.213.0.2", fmt.Sprintf("k%d", i)); r.StatusCode != 202 {
+			t.Fatalf("notice %d: %d", i, r.StatusCode)
+		}
+	}
+	if r := send("alice", "10.213.0.2", "one-too-many"); r.StatusCode != 429 || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the burst: %d %v", r.StatusCode, r.Header)
+	}
+	if r := send("bob", "10.213.0.6", "bobs"); r.StatusCode != 202 {
+		t.Fatalf("another user's sandbox: %d", r.StatusCode)
+	}
+}

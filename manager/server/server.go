@@ -35,6 +35,13 @@ const SessionCookie = "better-auth.session_token"
 // EndpointHeader carries the sandbox endpoint back to Caddy on a 200.
 const EndpointHeader = "X-Sandbox-Endpoint"
 
+// A sandbox hands its owner at most NotifyBurst notifications at once,
+// then one every NotifyEvery (120 an hour).
+const (
+	NotifyBurst = 30
+	NotifyEvery = 30 * time.Second
+)
+
 // SourceIPHeader is set by Caddy's gateway listener to the caller's address.
 const SourceIPHeader = "X-Affido-Source-Ip"
 
@@ -75,6 +82,8 @@ type Server struct {
 	authGuard        authGuard
 	resolveObservers sync.Map // result -> prometheus.Observer
 	live             liveHub
+	notifyRateOnce   sync.Once
+	notifyRate       *authThrottle // per user: notifications a sandbox hands over
 	signInState
 }
 
@@ -507,6 +516,13 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s.Notifications == nil {
 		return problem.New(http.StatusNotFound, "not-found", "notifications are not configured")
+	}
+	// A sandbox cannot flood its owner's devices: a token bucket per user
+	// (NotifyBurst at once, one more every NotifyEvery).
+	s.notifyRateOnce.Do(func() { s.notifyRate = newAuthThrottle(NotifyEvery, NotifyBurst) })
+	if _, wait, ok := s.notifyRate.reserve(user); !ok {
+		return problem.Errorf(http.StatusTooManyRequests, gatewayapi.ProblemQueueFull,
+			"more than %d notifications in a short time; one more may go every %s", NotifyBurst, NotifyEvery).Retry(int(wait.Seconds() + 0.999))
 	}
 	max := s.NotifyQueueMax
 	if max <= 0 {
