@@ -358,7 +358,7 @@ func TestWebClientPagesInABrowser(t *testing.T) {
 	until(t, ctx, "the reminder", `document.querySelector('#reminder-list').textContent.includes('water the plants')`)
 	screenshots(t, ctx, "reminders")
 	run(t, ctx, "cancel it", chromedp.Click(chromedp.CSS(`#reminder-list button`)))
-	until(t, ctx, "no reminders", `document.querySelector('#reminder-list').textContent.includes('No reminders')`)
+	until(t, ctx, "no reminders, the cancelled one in the history", `document.querySelector('#reminder-list').textContent.includes('No reminders') && document.querySelector('#reminder-history li[data-ended="cancelled"]')?.textContent.includes('water the plants')`)
 
 	// A second agent through the picker: its own conversation and jobs,
 	// none of them main's.

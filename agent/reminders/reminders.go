@@ -220,6 +220,42 @@ func Pending(ctx context.Context, s *durable.Store) ([]Reminder, error) {
 	return out, nil
 }
 
+// Ended lists up to limit reminders that fired or were cancelled, the
+// newest first, each with how it ended ("fired" or "cancelled") and when:
+// the Reminders page's history.
+func Ended(ctx context.Context, s *durable.Store, limit int) ([]EndedReminder, error) {
+	p, err := s.Tasks(ctx, []durable.TaskState{durable.Terminal}, durable.Scan{Order: durable.Desc, Limit: 1000})
+	if err != nil {
+		return nil, err
+	}
+	out := []EndedReminder{}
+	for _, t := range p.Items {
+		var cp checkpoint
+		if t.Kind != Kind || json.Unmarshal(t.Checkpoint, &cp) != nil || !strings.HasPrefix(cp.Key, "reminder-") {
+			continue // not a reminder (an approval's or a job's notice)
+		}
+		how := "fired"
+		if t.Outcome == durable.Aborted {
+			how = "cancelled"
+		}
+		e := EndedReminder{Reminder: Reminder{ID: t.ID, ConversationID: t.ConversationID, Due: cp.Due, Text: cp.Text}, Ended: how}
+		if t.EndedAt != nil {
+			e.At = *t.EndedAt
+		}
+		if out = append(out, e); len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// EndedReminder is a reminder that fired or was cancelled.
+type EndedReminder struct {
+	Reminder
+	Ended string    `json:"ended"` // "fired" or "cancelled"
+	At    time.Time `json:"at"`
+}
+
 // ErrNoReminder is returned by Cancel for an id that is no reminder.
 var ErrNoReminder = errors.New("no such pending reminder")
 

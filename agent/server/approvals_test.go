@@ -424,6 +424,11 @@ func TestHousekeepingRoutes(t *testing.T) {
 	if _, list := a.do("GET", "/reminders", ""); len(list["reminders"].([]any)) != 0 {
 		t.Fatalf("after cancel: %v", list)
 	}
+	// The history keeps it, as cancelled, with its text.
+	_, list = a.do("GET", "/reminders", "")
+	if ended := list["ended"].([]any); len(ended) != 1 || ended[0].(map[string]any)["ended"] != "cancelled" || ended[0].(map[string]any)["text"] != "water the plants" {
+		t.Fatalf("history after cancel: %v", list["ended"])
+	}
 	if code, m := a.do("POST", "/session/rename", `{"id":1,"title":"garden"}`); code != 200 || m["title"] != "garden" {
 		t.Fatalf("rename: %d %v", code, m)
 	}

@@ -126,7 +126,11 @@ func (s *Server) reminderList(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reminders": list})
+	ended, err := reminders.Ended(r.Context(), h.Store(), 20)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"reminders": list, "ended": ended})
 	return nil
 }
 

@@ -124,7 +124,10 @@ export async function showSkills() {
 // Reminders and scheduled jobs: list, cancel; jobs also pause, resume and
 // are made here (the owner's own, so they do not ask).
 export async function showReminders() {
-  const [{ reminders }, { jobs }] = await Promise.all([get(`${agent}/reminders`), get(`${agent}/jobs`)]);
+  const [{ reminders, ended }, { jobs }] = await Promise.all([get(`${agent}/reminders`), get(`${agent}/jobs`)]);
+  $('reminder-history').replaceChildren(...(ended || []).map((r) => el('li', { 'data-ended': r.ended },
+    el('span', {}, el('strong', { text: `${r.ended} ${when(r.at)}` }), ` ${r.text}`, el('span', { class: 'label', text: `due ${when(r.due)}` })))));
+  if (!(ended || []).length) $('reminder-history').replaceChildren(el('li', { class: 'muted', text: 'None yet.' }));
   if (!reminders.length) {
     $('reminder-list').replaceChildren(el('li', { class: 'muted', text: 'No reminders are waiting.' }));
   } else {
