@@ -11,8 +11,8 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// The web client as a phone shows it: the layout holds at 390 px and at
-// 1280 px with 1, 3 and 20 conversations and a 200-character unbroken
+// The web client as a phone shows it: the layout holds at 320, 390, 1280
+// and 1440 px with 1, 3 and 20 conversations and a 200-character unbroken
 // title; replies render as markdown with nothing of the model's running;
 // an approval raised by another agent reaches the page without a reload;
 // a conversation has an address that Back returns to.
@@ -78,7 +78,7 @@ func TestWebLayoutHoldsAtEveryWidth(t *testing.T) {
 			name  string
 			w, h  int64
 			phone bool
-		}{{"phone", 390, 844, true}, {"desktop", 1280, 800, false}} {
+		}{{"phone", 390, 844, true}, {"small phone", 320, 640, true}, {"desktop", 1280, 800, false}, {"wide", 1440, 900, false}} {
 			emulate := chromedp.EmulateViewport(v.w, v.h)
 			if v.phone {
 				emulate = chromedp.EmulateViewport(v.w, v.h, chromedp.EmulateMobile)

@@ -434,6 +434,27 @@ func (s *Store) Entries(ctx context.Context, conv int64, sc Scan) (Page[Entry], 
 	return scan[Entry](ctx, s, "entries", "conversation_id = ?", []any{conv}, sc)
 }
 
+// RecentEntries returns the newest entries across every conversation,
+// newest first, at most limit (the owner's activity across an agent).
+func (s *Store) RecentEntries(ctx context.Context, limit int) ([]Entry, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.All(ctx, `SELECT record FROM entries ORDER BY id DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(rows))
+	for _, row := range rows {
+		var e Entry
+		if err := json.Unmarshal([]byte(row["record"].(string)), &e); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
 // EntryCount returns how many entries a conversation has.
 func (s *Store) EntryCount(ctx context.Context, conv int64) (int64, error) {
 	if err := s.check(); err != nil {

@@ -26,7 +26,7 @@ func agentOf(r *http.Request) string {
 // perAgent are the first path segments of the routes each agent has.
 var perAgent = map[string]bool{"session": true, "sessions": true, "models": true, "reminders": true, "reset": true,
 	"inspect": true, "entry": true, "prompt": true, "corpus": true, "events": true, "approvals": true,
-	"rules": true, "jobs": true, "runs": true, "search": true}
+	"rules": true, "jobs": true, "runs": true, "search": true, "activity": true}
 
 // byAgent rewrites /agents/<name>/<route> to <route> for agent <name>.
 func (s *Server) byAgent(next http.Handler) http.Handler {

@@ -488,6 +488,15 @@ func TestHousekeepingRoutes(t *testing.T) {
 		m["results"].([]any)[0].(map[string]any)["title"] != "garden" {
 		t.Fatalf("search: %d %v", code, m)
 	}
+	// Activity: the newest entries of every conversation, newest first.
+	if code, m := a.do("GET", "/activity?limit=5", ""); code != 200 || len(m["entries"].([]any)) != 5 {
+		t.Fatalf("activity: %d %v", code, m)
+	} else if es := m["entries"].([]any); es[0].(map[string]any)["id"].(float64) < es[4].(map[string]any)["id"].(float64) {
+		t.Fatalf("activity is not newest first: %v", es)
+	}
+	if code, _ := a.do("GET", "/activity?limit=501", ""); code != 400 {
+		t.Fatalf("activity past its limit: %d", code)
+	}
 	for _, q := range []string{"?q=x&limit=0", "?q=x&limit=101", "?q=x&limit=a", "?q=" + strings.Repeat("x", 201)} {
 		if code, _ := a.do("GET", "/search"+q, ""); code != 400 {
 			t.Errorf("search%.40s: %d", q, code)

@@ -160,6 +160,7 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /session/archive", s.sessionArchive)
 	handle("POST /session/delete", s.sessionDelete)
 	handle("GET /search", s.search)
+	handle("GET /activity", s.activity)
 	handle("GET /reminders", s.reminderList)
 	handle("POST /reminders/{id}/cancel", s.reminderCancel)
 	handle("POST /reset", s.reset)

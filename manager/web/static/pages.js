@@ -1,6 +1,6 @@
 // pages: files, skills, reminders and jobs, activity and settings. Each reads the
 // store through the API every time it is shown; nothing is cached.
-import { agent, sandbox, call, get, post, id } from './api.js';
+import { agent, agentName, agentPath, sandbox, call, get, post, id } from './api.js';
 import { el, describeRule } from './render.js';
 import { showPush } from './push.js';
 
@@ -172,13 +172,18 @@ $('job-tz').value = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
 // approvals, reminders) and what the sandbox lived through (provisioned,
 // paused, woken, stopped, removed) and the notifications, newest first.
 export async function showActivity() {
-  const [mine, inspection] = await Promise.all([get('/api/activity'), get(`${agent}/inspect?order=desc&limit=200`)]);
+  // Every agent's newest entries, across all its conversations.
+  const [mine, { agents }] = await Promise.all([get('/api/activity'), get(`${sandbox}/agents`)]);
+  const names = (agents || []).map((a) => a.name);
+  const lists = await Promise.all(names.map((n) => get(`${agentPath(n)}/activity?limit=100`).then((r) => r.entries || []).catch(() => [])));
   const rows = [];
-  for (const e of inspection.entries.items || []) {
-    if (['reset', 'hint', 'citation', 'summary'].includes(e.kind)) continue;
-    const what = e.kind === 'tool_call' ? `called ${e.tool_name}` : e.kind === 'tool_result' ? `${e.tool_name} returned${e.is_error ? ' an error' : ''}` : e.kind.replace('_', ' ');
-    rows.push({ at: e.at, source: 'agent', text: `${what}${e.text ? `: ${e.text.slice(0, 160)}` : ''}`, entry: e.id });
-  }
+  names.forEach((name, i) => {
+    for (const e of lists[i]) {
+      if (['reset', 'hint', 'citation', 'summary'].includes(e.kind)) continue;
+      const what = e.kind === 'tool_call' ? `called ${e.tool_name}` : e.kind === 'tool_result' ? `${e.tool_name} returned${e.is_error ? ' an error' : ''}` : e.kind.replace('_', ' ');
+      rows.push({ at: e.at, source: 'agent', text: `${name}: ${what}${e.text ? `: ${e.text.slice(0, 160)}` : ''}`, entry: name === agentName ? e.id : 0 });
+    }
+  });
   for (const ev of mine.events || []) rows.push({ at: ev.at, source: 'sandbox', text: `${ev.kind.replace('sandbox.', '')} ${Object.keys(ev.detail || {}).length ? JSON.stringify(ev.detail) : ''}` });
   for (const n of mine.notifications || []) rows.push({ at: n.created_at, source: 'notification', text: `${n.status} after ${n.tries} tries${n.last_error ? ` (${n.last_error})` : ''}: ${n.text.slice(0, 160)}` });
   rows.sort((a, b) => new Date(b.at) - new Date(a.at));
