@@ -272,7 +272,8 @@ func (f *fakeSpendOwner) AllowAnotherDay(_ context.Context, user string) error {
 // only same-origin JSON, another day once.
 func TestSpendRoutes(t *testing.T) {
 	s := &Server{EdgeDeps: EdgeDeps{Auth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-bob": "bob"}}},
-		GatewayDeps: GatewayDeps{Provider: scripted.NewModel([]string{"fake/echo"}), SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7}},
+		GatewayDeps: GatewayDeps{Provider: scripted.NewModel([]string{"fake/echo"}), SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7},
+			Prices: map[string]spend.Price{"fake/echo": {Input: 1.5, Output: 6}}},
 		OwnerDeps:   OwnerDeps{SpendOwner: &fakeSpendOwner{raised: map[string]bool{}}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	do := func(method, path string, hdr map[string]string) *httptest.ResponseRecorder {
@@ -288,7 +289,8 @@ func TestSpendRoutes(t *testing.T) {
 	if w := do("GET", "/api/spend", nil); w.Code != 401 {
 		t.Fatalf("no credentials: %d", w.Code)
 	}
-	if w := do("GET", "/api/spend", map[string]string{"Authorization": "Bearer t-bob"}); w.Code != 200 || !strings.Contains(w.Body.String(), `"fake/echo":7`) {
+	if w := do("GET", "/api/spend", map[string]string{"Authorization": "Bearer t-bob"}); w.Code != 200 || !strings.Contains(w.Body.String(), `"fake/echo":7`) ||
+		!strings.Contains(w.Body.String(), `"prices":{"fake/echo":{"input_per_million":1.5,"output_per_million":6}}`) {
 		t.Fatalf("bearer GET: %d %s", w.Code, w.Body)
 	}
 	cookie := "better-auth.session_token=s-alice"

@@ -35,8 +35,17 @@ func (s *Server) spendReport(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return registryDown(err)
 	}
+	// With each model's prices (USD per million tokens), so a page can say
+	// what one call cost from its tokens.
+	prices := map[string]map[string]float64{}
+	for m, p := range s.Prices {
+		prices[m] = map[string]float64{"input_per_million": p.Input, "output_per_million": p.Output}
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(rep)
+	_ = json.NewEncoder(w).Encode(struct {
+		registry.SpendReport
+		Prices map[string]map[string]float64 `json:"prices"`
+	}{rep, prices})
 	return nil
 }
 

@@ -372,9 +372,13 @@ function grow() {
 $('prompt').addEventListener('input', grow);
 
 // The trace: every entry, newest first, a page at a time, by kind.
-const trace = { cursor: '', entries: [] };
+const trace = { cursor: '', entries: [], prices: {} };
 async function loadTrace(more) {
-  if (!more) { trace.cursor = ''; trace.entries = []; }
+  if (!more) {
+    trace.cursor = ''; trace.entries = [];
+    // Each model's prices, to say what a call cost (none when spend is off).
+    trace.prices = (await get('/api/spend').catch(() => ({}))).prices || {};
+  }
   const q = new URLSearchParams({ order: 'desc', limit: '100' });
   if (trace.cursor) q.set('cursor', trace.cursor);
   const inspection = await get(`${agent}/inspect?${q}`);
@@ -432,9 +436,12 @@ function traceRun(run, list) {
       const u = usageOf(e);
       calls += 1; inTok += u.input_tokens || 0; outTok += u.output_tokens || 0;
       const sub = el('ol');
+      const price = trace.prices[e.model];
+      const cost = price && typeof u.input_tokens === 'number'
+        ? ` · $${((u.input_tokens * price.input_per_million + u.output_tokens * price.output_per_million) / 1e6).toFixed(6)}` : '';
       const li = el('li', { 'data-kind': e.kind, id: `entry-${e.id}`, class: 'model-call' },
         el('strong', { text: `model call ${e.model || ''}` }), ' ',
-        el('span', { class: 'label', text: `${u.input_tokens ?? '?'} in · ${u.output_tokens ?? '?'} out tokens · ${u.duration_ms ?? '?'} ms` }),
+        el('span', { class: 'label', text: `${u.input_tokens ?? '?'} in · ${u.output_tokens ?? '?'} out tokens · ${u.duration_ms ?? '?'} ms${cost}` }),
         e.text ? el('div', { text: e.text }) : null, sub);
       for (const tc of e.tool_calls || []) {
         const calls2 = el('ol');
