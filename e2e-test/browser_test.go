@@ -262,6 +262,8 @@ func TestWebClientInABrowser(t *testing.T) {
 
 	run(t, ctx, "the trace", chromedp.Navigate(baseURL+"/app/#/trace"))
 	until(t, ctx, "trace entries", `document.querySelectorAll('#trace li').length >= 8 && document.querySelectorAll('#usage tr').length >= 1`)
+	// A tree of runs, each model call with its tokens, duration and cost.
+	until(t, ctx, "runs with their model calls", `document.querySelectorAll('#trace > li.run').length >= 3 && [...document.querySelectorAll('#trace li.model-call')].some(li => /in · \d+ out tokens · \d+ ms · \$\d/.test(li.textContent))`)
 	screenshots(t, ctx, "trace")
 	run(t, ctx, "the approvals page", chromedp.Navigate(baseURL+"/app/#/approvals"))
 	until(t, ctx, "nothing waits", `document.querySelector('#approval-list').textContent.includes('Nothing waits')`)
