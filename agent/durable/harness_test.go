@@ -380,8 +380,9 @@ func TestPermanentModelErrorEndsTheRunWithAnErrorEntry(t *testing.T) {
 	if sub.Status != durable.Unanswered || sub.Reason != "model_error" || calls != 3 {
 		t.Fatalf("submission %+v after %d calls", sub, calls)
 	}
+	// Each retry is said, then the run ends with the error.
 	es := e.entries(1)
-	if kinds(es) != "owner_message,error" || !strings.Contains(es[1].Text, "503 down") {
+	if kinds(es) != "owner_message,retry,retry,error" || !strings.Contains(es[3].Text, "503 down") || !strings.Contains(es[1].Text, "attempt 2 of 3") {
 		t.Fatalf("entries %s %q", kinds(es), es[len(es)-1].Text)
 	}
 }
