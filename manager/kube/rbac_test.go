@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
@@ -39,9 +40,21 @@ func TestManagerRoleSuffices(t *testing.T) {
 	if _, err := mcs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); err == nil {
 		t.Fatal("the manager may read secrets")
 	}
-	svc, err := mcs.CoreV1().Services(ns).Get(ctx, "affido-gateway", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the manager cannot read the gateway Service: %v", err)
+	// The API server's authorizer sees a new Role and binding a moment
+	// after they are made: ask until it does, within the deadline.
+	var svc *corev1.Service
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var err error
+		if svc, err = mcs.CoreV1().Services(ns).Get(ctx, "affido-gateway", metav1.GetOptions{}); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the manager cannot read the gateway Service: %v", err)
+		case <-tick.C:
+		}
 	}
 	startKubelet(t, cs, ns)
 	eng, err := kube.New(mcs, kube.Config{Namespace: ns, Stack: "rbac", Image: "affido/agent:test",
