@@ -16,12 +16,16 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"
   initdb -D "$PGDATA" -U "$POSTGRES_USER" --pwfile="$pwfile" --auth-local=scram-sha-256 --auth-host=reject -E UTF8 >/dev/null
   rm -f "$pwfile"
-  postgres -D "$PGDATA" -c listen_addresses='' &
+  # The setup server listens on a socket of its own: nothing else (the
+  # manager waiting for the database) reaches it, only to see it shut down.
+  setup=$(mktemp -d)
+  postgres -D "$PGDATA" -c listen_addresses='' -c unix_socket_directories="$setup" &
   pid=$!
-  until pg_isready -q -h /var/run/postgresql; do sleep 0.1; done
+  until pg_isready -q -h "$setup"; do sleep 0.1; done
   if [ "$POSTGRES_DB" != postgres ]; then
-    createdb -h /var/run/postgresql -U "$POSTGRES_USER" "$POSTGRES_DB"
+    createdb -h "$setup" -U "$POSTGRES_USER" "$POSTGRES_DB"
   fi
   kill "$pid"; wait "$pid" || true
+  rm -rf "$setup"
 fi
 exec postgres -D "$PGDATA" -c listen_addresses='' -c unix_socket_directories=/var/run/postgresql
