@@ -176,9 +176,9 @@ func TestWebRepliesAreMarkdownAndInert(t *testing.T) {
 	screenshots(t, ctx, "markdown")
 }
 
-// An approval raised by another agent (here a prompt to "ops" sent with
-// curl while the page shows main) shows in the count and on the Approvals
-// page without a reload, and is decided there on its own agent.
+// An approval raised by a scheduled job of another agent ("ops", while
+// the page shows main) shows in the count and on the Approvals page
+// without a reload, and is decided there on its own agent.
 func TestWebApprovalOfAnotherAgentArrivesLive(t *testing.T) {
 	user, password, tok := webUser(t, "live")
 	mustPost(t, user, tok, "/agents", `{"name":"ops"}`, 201)
@@ -188,11 +188,12 @@ func TestWebApprovalOfAnotherAgentArrivesLive(t *testing.T) {
 	run(t, ctx, "the approvals page", chromedp.Navigate(baseURL+"/app/#/approvals"))
 	until(t, ctx, "nothing waits yet", `document.querySelector('#approval-list').textContent.includes('Nothing waits') && document.querySelector('#pending-pill').hidden`)
 	until(t, ctx, "a marker that a reload would wipe", `(window.sameLoad = true, true)`)
-	if r := post(t, user+"/agents/ops", tok, "/prompt", `{"text":"run: echo from ops","wait":false}`); r.Code != 202 {
-		t.Fatalf("prompt ops: %d %s", r.Code, r.Body)
-	}
+	// The job fires within 30 s; its shell call asks the owner.
+	job := mustPost(t, user+"/agents/ops", tok, "/jobs", `{"cron":"@every 30s","prompt":"run: echo from ops"}`, 201)
 	until(t, ctx, "the count and the card, without a reload", `window.sameLoad === true && document.querySelector('#pending-pill-count').textContent === '1' && document.title.startsWith('(1)') && document.querySelector('#approval-list li.approval[data-agent="ops"]')?.textContent.includes('agent ops')`)
 	screenshots(t, ctx, "approvals-live")
+	// No second firing meanwhile: the job is paused before the decision.
+	mustPost(t, user+"/agents/ops", tok, fmt.Sprintf("/jobs/%d/pause", int64(job["id"].(float64))), "", 200)
 	run(t, ctx, "deny it on the page", chromedp.Click(chromedp.CSS(`#approval-list li.approval[data-agent="ops"] button[data-decision="deny"]`)))
 	until(t, ctx, "nothing waits again", `document.querySelector('#approval-list').textContent.includes('Nothing waits') && document.querySelector('#pending-pill').hidden && document.title === 'Affido'`)
 	if b := mustGet(t, user, tok, "/agents/ops/approvals").Body; strings.Contains(b, `"tool":"shell"`) {
