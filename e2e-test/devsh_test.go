@@ -80,6 +80,9 @@ func devshEnv(t *testing.T, env []string, args ...string) string {
 func TestCapacityFullIs429(t *testing.T) {
 	devshEnv(t, []string{"AFFIDO_MAX_RUNNING=2"}, "up")
 	defer devsh(t, "up") // back to no limit (run.sh's AFFIDO_MAX_RUNNING=0)
+	// Earlier tests' sandboxes go to sleep by the idle tiers (3 s here); one
+	// still running would take a slot this test counts on for its own two.
+	waitNoSandboxRunning(t, 90*time.Second)
 	a, aTok := newUser(t, "cap-a")
 	b, bTok := newUser(t, "cap-b")
 	c, cTok := newUser(t, "cap-c")
@@ -125,4 +128,22 @@ func TestReminderDueWhileStackDown(t *testing.T) {
 	if n := len(deliveries(t, "/down")); n != 1 {
 		t.Fatalf("delivered %d times", n)
 	}
+}
+
+// waitNoSandboxRunning waits until no sandbox container of the stack runs
+// (the idle tiers have put every earlier one to sleep); on timeout it names
+// the ones still running.
+func waitNoSandboxRunning(t *testing.T, within time.Duration) {
+	t.Helper()
+	left := ""
+	defer func() {
+		if t.Failed() && left != "" {
+			t.Logf("still running:\n%s", left)
+		}
+	}()
+	waitUntil(t, within, "every earlier sandbox asleep", func() bool {
+		left = strings.TrimSpace(docker(t, "ps", "--filter", "label=affido.stack="+stack, "--filter", "label=affido.sandbox",
+			"--filter", "status=running", "--format", `{{.Names}}`))
+		return left == ""
+	})
 }

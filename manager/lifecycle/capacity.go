@@ -73,25 +73,32 @@ func (m *Manager) makeRoom(ctx context.Context, b *box) error {
 		})
 		m.mu.Unlock()
 		freed := false
+		var passed []string // why each candidate stayed up, for the log
 		for _, o := range running {
 			wait := opWait
 			if going[o] {
 				wait = goingWait
 			}
 			if !o.op.lockWithin(ctx, wait) { // busy with a longer step of its own
+				passed = append(passed, o.user+": a step of its own under way")
 				continue
 			}
 			ok, err := m.goDown(ctx, o, Paused, causeCapacity)
 			o.op.Unlock()
 			if err != nil {
 				m.log.Warn("free capacity: pause failed", "user", o.user, "err", err)
+				passed = append(passed, o.user+": "+err.Error())
 			}
 			if ok {
 				freed = true
 				break
 			}
+			if err == nil {
+				passed = append(passed, o.user+": in use (a request within the grace, or its agent busy)")
+			}
 		}
 		if !freed {
+			m.log.Info("at capacity: no sandbox could make room", "user", b.user, "max_running", m.cfg.MaxRunning, "passed", passed)
 			return ErrCapacity
 		}
 	}
