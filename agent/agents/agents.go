@@ -76,8 +76,24 @@ type Agent struct {
 	CompactTokens int `json:"compact_tokens,omitempty"`
 	// Instructions are the agent's job in the owner's words, sent at the
 	// start of every model request (after the platform's own prompt).
-	Instructions string    `json:"instructions,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
+	Instructions string `json:"instructions,omitempty"`
+	// OwnerNotes says whether the agent gets the notes about the owner
+	// (in its prompt and through read_notes; default true). The worker,
+	// which holds none of the owner's data, never does.
+	OwnerNotes bool      `json:"owner_notes"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// UnmarshalJSON reads an agent, with owner_notes true when it is absent
+// (agents stored before there were notes).
+func (a *Agent) UnmarshalJSON(b []byte) error {
+	type plain Agent
+	p := plain{OwnerNotes: true}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*a = Agent(p)
+	return nil
 }
 
 // Builtin reports whether a is main or the worker (neither is deleted or renamed).
@@ -86,7 +102,7 @@ func (a Agent) Builtin() bool { return a.ID == Main || a.ID == Worker }
 // builtins are the agents every sandbox has.
 func builtins() []Agent {
 	return []Agent{
-		{Name: Main, ID: Main, Kind: KindOwner, MayMessage: []string{}},
+		{Name: Main, ID: Main, Kind: KindOwner, MayMessage: []string{}, OwnerNotes: true},
 		{Name: Worker, ID: Worker, Kind: KindWorker, MayMessage: []string{}},
 	}
 }
@@ -115,6 +131,9 @@ func (r *Registry) List(ctx context.Context, main *durable.Store) ([]Agent, erro
 		return nil, fmt.Errorf("decode agents: %w", err)
 	}
 	for _, a := range stored {
+		if a.Kind == KindWorker {
+			a.OwnerNotes = false // stored before there were notes, it read as true
+		}
 		if i := slices.IndexFunc(list, func(b Agent) bool { return b.ID == a.ID }); i >= 0 {
 			list[i] = a // a built-in with settings of its own
 		} else {
@@ -140,6 +159,7 @@ type Patch struct {
 	MayMessage    *[]string `json:"may_message"`
 	CompactTokens *int      `json:"compact_tokens"`
 	Instructions  *string   `json:"instructions"`
+	OwnerNotes    *bool     `json:"owner_notes"`
 }
 
 // MaxInstructions bounds an agent's instructions, in bytes.
@@ -165,6 +185,7 @@ type Spec struct {
 	MayMessage    []string `json:"may_message"`
 	CompactTokens int      `json:"compact_tokens"`
 	Instructions  string   `json:"instructions"`
+	OwnerNotes    *bool    `json:"owner_notes"` // nil: true
 }
 
 // Create adds an owner agent (validated) and records it in the trace of
@@ -199,7 +220,7 @@ func (r *Registry) Create(ctx context.Context, main *durable.Harness, spec Spec)
 		return Agent{}, err
 	}
 	a := Agent{Name: name, ID: newID(), Kind: KindOwner, Model: model, MayMessage: mayMessage, CompactTokens: spec.CompactTokens,
-		Instructions: spec.Instructions, CreatedAt: main.Now()}
+		Instructions: spec.Instructions, OwnerNotes: spec.OwnerNotes == nil || *spec.OwnerNotes, CreatedAt: main.Now()}
 	return a, r.commit(ctx, main, append(list, a), fmt.Sprintf("agent %s created", name), map[string]any{"created": a})
 }
 
@@ -248,6 +269,12 @@ func (r *Registry) Update(ctx context.Context, main *durable.Harness, name strin
 			return Agent{}, err
 		}
 		a.Instructions = *p.Instructions
+	}
+	if p.OwnerNotes != nil {
+		if a.Kind == KindWorker && *p.OwnerNotes {
+			return Agent{}, fmt.Errorf("%w: the worker holds none of the owner's data, so it gets no owner notes", ErrInvalid)
+		}
+		a.OwnerNotes = *p.OwnerNotes
 	}
 	if p.MayMessage != nil {
 		if a.Kind == KindWorker && len(*p.MayMessage) > 0 {

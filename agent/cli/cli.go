@@ -219,7 +219,7 @@ func serve(ctx context.Context) error {
 		// The owner hears of every approval through the notification path.
 		// And of every scheduled job's result, with the reply's start.
 		OnAnswer: func(agent string, in durable.Input, answer durable.Entry) []durable.Task {
-			job := in.Options["job"]
+			job := jobs.RunOf(in)
 			if job == "" {
 				return nil
 			}

@@ -28,7 +28,12 @@ type PolicyQuery struct {
 	// Outside is the first outside text in the model's context, or nil.
 	// While it is there, the model may be steered by it.
 	Outside *Entry
-	Store   *Store
+	// OutsideSinceOwner is the first outside text that entered the
+	// conversation after the owner's last message (in the context or not),
+	// or nil; it is looked for only for tools that ask after outside text
+	// (Tool.AsksAfterOutside).
+	OutsideSinceOwner *Entry
+	Store             *Store
 }
 
 // Verdict is a Policy's answer. Reason says why, in words the owner (for
@@ -161,7 +166,13 @@ func (h *Harness) authorize(ctx context.Context, t Task, cp genCheckpoint, call 
 		}
 		outside = &e
 	}
-	v, err := h.opts.Policy.Check(ctx, PolicyQuery{ConversationID: t.ConversationID, Tool: h.tools[call.Name], Call: call, Outside: outside, Store: h.store})
+	q := PolicyQuery{ConversationID: t.ConversationID, Tool: h.tools[call.Name], Call: call, Outside: outside, Store: h.store}
+	if q.Tool.AsksAfterOutside {
+		if q.OutsideSinceOwner, err = h.outsideSinceOwner(ctx, t.ConversationID); err != nil {
+			return nil, err
+		}
+	}
+	v, err := h.opts.Policy.Check(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -191,6 +202,28 @@ func (h *Harness) outsideInContext(ctx context.Context, conv int64) (*Entry, err
 		}
 		from = head.Head
 	case err != nil && !errors.Is(err, ErrNotFound):
+		return nil, err
+	}
+	e, err := h.store.FirstEntryOf(ctx, conv, OutsideText, from)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &e, nil
+}
+
+// outsideSinceOwner returns the first outside text entry of conv after the
+// owner's last message (after the start when the owner wrote none, as in a
+// conversation of messages from another agent), reset or not. Nil when
+// there is none.
+func (h *Harness) outsideSinceOwner(ctx context.Context, conv int64) (*Entry, error) {
+	from := int64(1)
+	switch last, err := h.store.LastEntryOf(ctx, conv, OwnerMessage); {
+	case err == nil:
+		from = last.ID + 1
+	case !errors.Is(err, ErrNotFound):
 		return nil, err
 	}
 	e, err := h.store.FirstEntryOf(ctx, conv, OutsideText, from)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -55,6 +56,22 @@ func (h *Harness) BuildContext(ctx context.Context, conv int64) (Context, error)
 		}
 	}
 	return c, nil
+}
+
+// addSystem puts text at the end of c's system message (making one if
+// there is none).
+func (c *Context) addSystem(text string) {
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return
+	}
+	if len(c.Messages) > 0 && c.Messages[0].Role == "system" {
+		c.Tokens -= (len(c.Messages[0].Content) + 3) / 4
+		c.Messages[0].Content += "\n\n" + text
+	} else {
+		c.Messages = append([]Message{{Role: "system", Content: text}}, c.Messages...)
+	}
+	c.Tokens += (len(c.Messages[0].Content) + 3) / 4
 }
 
 // Messages turns entries into chat messages (see BuildContext).

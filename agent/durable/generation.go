@@ -145,6 +145,16 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 	if err != nil {
 		return StepResult{}, err
 	}
+	if h.opts.SystemSuffix != nil {
+		suffix, err := h.opts.SystemSuffix(ctx, sub.Input)
+		if err != nil {
+			if ctx.Err() != nil {
+				return StepResult{}, ctx.Err()
+			}
+			return StepResult{}, fmt.Errorf("system prompt: %w", err)
+		}
+		c.addSystem(suffix)
+	}
 	for _, r := range cp.Rejections {
 		c.Messages = append(c.Messages, Message{Role: "user", Content: "[harness] Your previous reply was rejected and not stored: " + r + " Answer again."})
 	}

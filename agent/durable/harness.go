@@ -81,6 +81,11 @@ type Options struct {
 	Model        Model
 	DefaultModel string
 	System       string // system prompt; the time is never put here (provider caches stay valid)
+	// SystemSuffix, if set, returns text that follows System in every
+	// model request of a run answering in (an agent's notes), read anew
+	// at each request so a change shows at the next one. Like System it
+	// carries no time: it changes only when what it says does.
+	SystemSuffix func(ctx context.Context, in Input) (string, error)
 	Tools        []Tool
 	Kinds        map[string]TaskKind // extra task kinds, by name
 	Retry        RetryPolicy

@@ -41,6 +41,7 @@ const (
 	StoppedEntry     EntryKind = "stopped"           // the owner stopped a run (Text: why); not part of the context
 	GateEntry        EntryKind = "gate"              // the citation gate refused a reply (Text: why; the run tries again); not part of the context
 	RetryEntry       EntryKind = "retry"             // a model call failed for now and is tried again (Text: why and when); not part of the context
+	NoteEntry        EntryKind = "note"              // notes were written (Data: which, by whom, the version and size), for the trace; not part of the context
 )
 
 // ToolCall is one call the model asked for.
@@ -181,4 +182,18 @@ type Writes struct {
 	Submissions   []Submission   // upserted by ID
 	Usage         []UsageDelta
 	Settings      map[string]string // host settings, upserted (rules, for example)
+	// Notes are written by name, each only if the stored version is one
+	// less than its Version (0: none stored yet); otherwise nothing of the
+	// commit is, and it fails with ErrNoteChanged.
+	Notes []Note
+}
+
+// Note is a named text the agent keeps outside every conversation (the
+// owner's notes, an agent's work notes).
+type Note struct {
+	Name      string    `json:"name"`
+	Text      string    `json:"text"`
+	Version   int64     `json:"version"` // 1 for the first write, one more for each
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	UpdatedBy string    `json:"updated_by,omitempty"` // "owner", or the agent whose tool wrote it
 }

@@ -88,6 +88,11 @@ var migrations = []string{
 	CREATE TRIGGER entries_fts_add AFTER INSERT ON entries
 		WHEN NEW.kind IN ('owner_message', 'assistant_message') AND coalesce(json_extract(NEW.record, '$.text'), '') <> ''
 		BEGIN INSERT INTO entries_fts (rowid, text) VALUES (NEW.id, json_extract(NEW.record, '$.text')); END;`,
+
+	// 6: notes, named texts of the agent's that belong to no conversation
+	// (the owner's notes, an agent's work notes): nothing a conversation
+	// does (reset, compaction, delete) touches them.
+	`CREATE TABLE notes (name TEXT PRIMARY KEY, version INTEGER NOT NULL, record TEXT NOT NULL CHECK (json_valid(record))) STRICT;`,
 }
 
 // SchemaVersion is the schema version this build writes.

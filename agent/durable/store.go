@@ -181,6 +181,11 @@ func (s *Store) Commit(ctx context.Context, w Writes) error {
 		}
 		subs = append(subs, enc{sb.ID, mustJSON(sb)})
 	}
+	for _, n := range w.Notes {
+		if n.Name == "" || n.Version < 1 {
+			return fmt.Errorf("commit: a note needs a name and a version from 1, not %q at %d", n.Name, n.Version)
+		}
+	}
 
 	err := s.db.Transaction(ctx, func(tx Executor) error {
 		meta, err := tx.Get(ctx, `SELECT next_id, next_seq FROM durable_meta WHERE singleton = 1`)
@@ -262,6 +267,23 @@ func (s *Store) Commit(ctx context.Context, w Writes) error {
 				ON CONFLICT (conversation_id, kind, name) DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,
 				output_tokens = output_tokens + excluded.output_tokens, calls = calls + excluded.calls`,
 				u.ConversationID, u.Kind, u.Name, u.InputTokens, u.OutputTokens, u.Calls); err != nil {
+				return err
+			}
+		}
+		for _, n := range w.Notes {
+			row, err := tx.Get(ctx, `SELECT version FROM notes WHERE name = ?`, n.Name)
+			stored := int64(0)
+			switch {
+			case err == nil:
+				stored = row["version"].(int64)
+			case !errors.Is(err, ErrNoRows):
+				return err
+			}
+			if stored != n.Version-1 {
+				return fmt.Errorf("notes %q are at version %d, not %d: %w", n.Name, stored, n.Version-1, ErrNoteChanged)
+			}
+			if err := tx.Run(ctx, `INSERT INTO notes (name, version, record) VALUES (?, ?, ?)
+				ON CONFLICT (name) DO UPDATE SET version = excluded.version, record = excluded.record`, n.Name, n.Version, mustJSON(n)); err != nil {
 				return err
 			}
 		}
@@ -567,6 +589,26 @@ func (s *Store) Usage(ctx context.Context, conv int64) (Usage, error) {
 		}
 	}
 	return u, nil
+}
+
+// ErrNoteChanged is returned by a commit of a note whose stored version is
+// not the one it was written from: someone else wrote it meanwhile.
+var ErrNoteChanged = errors.New("the notes changed meanwhile")
+
+// Note returns the note called name; one never written is empty, at
+// version 0.
+func (s *Store) Note(ctx context.Context, name string) (Note, error) {
+	n, err := one[Note](ctx, s, `SELECT record FROM notes WHERE name = ?`, name)
+	if errors.Is(err, ErrNotFound) {
+		return Note{Name: name}, nil
+	}
+	return n, err
+}
+
+// LastEntryOf returns conv's newest entry of kind (ErrNotFound when there
+// is none), without reading the others.
+func (s *Store) LastEntryOf(ctx context.Context, conv int64, kind EntryKind) (Entry, error) {
+	return one[Entry](ctx, s, `SELECT record FROM entries WHERE conversation_id = ? AND kind = ? ORDER BY id DESC LIMIT 1`, conv, string(kind))
 }
 
 // Setting returns a host setting, or "" when unset.

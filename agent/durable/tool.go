@@ -24,7 +24,13 @@ type Tool struct {
 	// AlwaysAsk tools ask the owner on every call: no rule can allow them
 	// (creating a scheduled job from a tool, for example).
 	AlwaysAsk bool
-	Execute   func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
+	// AsksAfterOutside tools ask the owner whenever outside text has
+	// entered the conversation since the owner's last message, even if a
+	// reset or a summary took it out of the context since, and whatever the
+	// rules say: their effect outlives the conversation (a note every later
+	// run reads), so what the model read must not steer them.
+	AsksAfterOutside bool
+	Execute          func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
 }
 
 // ToolCallContext tells a tool where it runs.

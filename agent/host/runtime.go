@@ -3,6 +3,7 @@ package host
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/jobs"
+	"github.com/affido/affido/agent/notes"
 	"github.com/affido/affido/agent/policy"
 )
 
@@ -150,8 +153,9 @@ func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) 
 		db.Close()
 		return nil, err
 	}
-	opts := s.harnessOptions(a)
-	rt := &Runtime{Agent: a, Book: &policy.Book{Tools: opts.Tools, HoldsNoOwnerData: a.Kind == agents.KindWorker}}
+	rt := &Runtime{Agent: a}
+	opts := s.harnessOptions(rt)
+	rt.Book = &policy.Book{Tools: opts.Tools, HoldsNoOwnerData: a.Kind == agents.KindWorker}
 	opts.Policy = rt.Book
 	if s.cfg.OnAnswer != nil {
 		opts.OnAnswer = func(in durable.Input, answer durable.Entry) []durable.Task { return s.cfg.OnAnswer(a.Name, in, answer) }
@@ -174,9 +178,12 @@ func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) 
 	return rt, nil
 }
 
-// harnessOptions are agent a's: an owner agent has the owner's tools plus
-// send_message and delegate; the worker has the web tools alone.
-func (s *Host) harnessOptions(a agents.Agent) durable.Options {
+// harnessOptions are the options of rt's agent: an owner agent has the
+// owner's tools plus send_message, delegate and its notes (read_notes,
+// write_note, and the notes in its system prompt); the worker has the web
+// tools alone.
+func (s *Host) harnessOptions(rt *Runtime) durable.Options {
+	a := rt.Agent
 	opts := s.cfg.Harness
 	opts.Model, opts.Log = s.cfg.Model, s.cfg.Log.With("agent", a.Name)
 	opts.DefaultModel = cmp.Or(a.Model, s.cfg.DefaultModel)
@@ -184,7 +191,18 @@ func (s *Host) harnessOptions(a agents.Agent) durable.Options {
 	case agents.KindWorker:
 		opts.Tools, opts.System = s.cfg.WorkerTools, cmp.Or(s.cfg.WorkerSystem, opts.System)
 	default:
+		keeper := noteKeeper{s: s, rt: rt}
 		opts.Tools = append(slices.Clone(s.tools), agents.SendMessage(a, s), agents.Delegate(a, s))
+		for _, t := range notes.Tools(a.Name, keeper) {
+			opts.Tools = append(opts.Tools, s.closingAware(t))
+		}
+		opts.SystemSuffix = func(ctx context.Context, in durable.Input) (string, error) {
+			text, err := notes.Prompt(ctx, keeper, in)
+			if err != nil && s.closing.Load() { // main's store closed under this run: it resumes on reopen
+				return "", s.closingErr(ctx)
+			}
+			return text, err
+		}
 		opts.Gate = citations.Gate(s.cfg.Corpus)
 		// A reply that must carry verified citations is shown once it passed.
 		opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }
@@ -212,4 +230,47 @@ func withInstructions(system, instructions string) string {
 		return system
 	}
 	return strings.TrimSpace(system + "\n\nYour job, in your owner's words:\n" + instructions)
+}
+
+// noteKeeper finds the notes of rt's agent: its work notes in its own
+// store, the owner's in main's. Main's store is the one every agent's
+// storage opens with and the registry lives in, so one shared set needs no
+// store of its own to open, lock and close beside it; and main, the
+// owner's first agent, always gets them.
+type noteKeeper struct {
+	s  *Host
+	rt *Runtime
+}
+
+func (k noteKeeper) Keep(ctx context.Context, name string, in durable.Input) (*durable.Harness, error) {
+	switch {
+	case name == notes.Work:
+		return k.rt.Harness, nil
+	case name != notes.Owner:
+		return nil, fmt.Errorf("%w: no notes called %q", notes.ErrInvalid, name)
+	case !k.rt.Agent.OwnerNotes || jobs.RunOf(in) != "":
+		// A job runs with nobody watching: it gets no owner notes to carry off.
+		return nil, fmt.Errorf("agent %s: %w", k.rt.Agent.Name, notes.ErrNotShared)
+	}
+	main := k.s.runtimes()[agents.Main]
+	if main == nil || k.s.closing.Load() {
+		return nil, k.s.closingErr(ctx)
+	}
+	return main.Harness, nil
+}
+
+// closingAware makes a tool that reaches another agent's store wait for
+// its own step to be cancelled when storage closes under it (that store may
+// close first), instead of failing: the call then replays on reopen by its
+// replay policy.
+func (s *Host) closingAware(t durable.Tool) durable.Tool {
+	run := t.Execute
+	t.Execute = func(ctx context.Context, c durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+		res, err := run(ctx, c, args)
+		if err != nil && s.closing.Load() {
+			return res, s.closingErr(ctx)
+		}
+		return res, err
+	}
+	return t
 }

@@ -206,7 +206,7 @@ func (Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (
 		}
 	}
 	in := durable.Input{Text: cp.Prompt, RequestID: fmt.Sprintf("job-%d-%d", t.ID, due.Unix()),
-		Options: map[string]string{"job": fmt.Sprint(t.ID)}, From: cp.From, Hops: cp.Hops}
+		Options: map[string]string{runOption: fmt.Sprint(t.ID)}, From: cp.From, Hops: cp.Hops}
 	// A time already run (the clock stepped back) admits nothing again.
 	if sub, err := h.Store().SubmissionByRequest(ctx, t.ConversationID, in.RequestID); err == nil {
 		cp.LastTask = sub.TaskID
@@ -228,6 +228,12 @@ func (Task) Step(ctx context.Context, sc *durable.StepContext, t durable.Task) (
 	res.Submissions, res.NewTasks = []durable.Submission{sub}, []durable.Task{gen}
 	return res, nil
 }
+
+// runOption is the input option that names the job a run answers.
+const runOption = "job"
+
+// RunOf returns the job whose run answers in ("" for a run no job started).
+func RunOf(in durable.Input) string { return in.Options[runOption] }
 
 // missedBetween counts the times of s after due and up to now (at most 1000).
 func missedBetween(s Spec, due, now time.Time) int {

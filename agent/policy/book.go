@@ -338,6 +338,17 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 	if v.Effect == durable.Allow && q.Tool.AlwaysAsk {
 		v = durable.Verdict{Effect: durable.Ask, Reason: q.Tool.Name + " always asks the owner: no rule can allow it"}
 	}
+	// Outside text since the owner last spoke makes such a tool ask, in
+	// every agent (the worker's too): what it writes outlives the conversation.
+	if v.Effect == durable.Allow && q.Tool.AsksAfterOutside && (q.Outside != nil || q.OutsideSinceOwner != nil) {
+		e := q.OutsideSinceOwner
+		if e == nil {
+			e = q.Outside
+		}
+		return durable.Verdict{Effect: durable.Ask, Reason: fmt.Sprintf(
+			"outside text (entry %d, %s) has entered the conversation since your last message, so %s asks whatever the rules say: what it writes stays after the conversation (%s)",
+			e.ID, e.Kind, q.Tool.Name, v.Reason)}, nil
+	}
 	if v.Effect == durable.Allow && !q.Tool.ReadOnly && q.Outside != nil && !b.HoldsNoOwnerData {
 		v = durable.Verdict{Effect: durable.Ask, Reason: fmt.Sprintf(
 			"outside text (entry %d, %s) is in the model's context, so every call of a tool that is not read-only asks until the conversation is reset (%s)",

@@ -10,7 +10,9 @@
 // match, a deny wins over an ask, an ask over an allow; with none, a
 // read-only tool is allowed and any other asks. While outside text is in
 // the model's context, a call that would be allowed asks anyway unless the
-// tool is read-only.
+// tool is read-only; a tool that asks after outside text (write_note) also
+// asks once outside text has entered the conversation since the owner's
+// last message, in the context or not.
 package policy
 
 import (

@@ -28,6 +28,11 @@ var perAgent = map[string]bool{"session": true, "sessions": true, "models": true
 	"inspect": true, "entry": true, "prompt": true, "corpus": true, "events": true, "approvals": true,
 	"rules": true, "jobs": true, "runs": true, "search": true, "activity": true}
 
+// ownAgentRoutes are routes under /agents/<name>/ that are not an agent's
+// copy of a sandbox route: /notes means the owner's notes, and an agent's
+// work notes are /agents/<name>/notes.
+var ownAgentRoutes = map[string]bool{"notes": true}
+
 // byAgent rewrites /agents/<name>/<route> to <route> for agent <name>.
 func (s *Server) byAgent(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -38,6 +43,10 @@ func (s *Server) byAgent(next http.Handler) http.Handler {
 			return
 		}
 		first, _, _ := strings.Cut(route, "/")
+		if ownAgentRoutes[route] {
+			next.ServeHTTP(w, r) // the mux serves /agents/{name}/<route> itself
+			return
+		}
 		if !perAgent[first] {
 			s.fail(w, r, problem.Errorf(http.StatusNotFound, "not-found", "no route /agents/%s/%s: an agent has %s", name, route, perAgentList()))
 			return

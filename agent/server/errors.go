@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/jobs"
+	"github.com/affido/affido/agent/notes"
 	"github.com/affido/affido/agent/policy"
 	"github.com/affido/affido/agent/skills"
 	"github.com/affido/affido/agent/workspace"
@@ -56,6 +58,8 @@ var clientErrors = []struct {
 	{agents.ErrInvalid, http.StatusBadRequest, "bad-agent"},
 	{durable.ErrBadCursor, http.StatusBadRequest, "bad-cursor"},
 	{jobs.ErrInvalid, http.StatusBadRequest, "bad-job"},
+	{notes.ErrInvalid, http.StatusBadRequest, "bad-notes"},
+	{durable.ErrNoteChanged, http.StatusConflict, "notes-changed"},
 	{jobs.ErrTooMany, http.StatusConflict, "too-many-jobs"},
 	{policy.ErrInvalidRule, http.StatusBadRequest, "bad-rule"},
 	{policy.ErrUnconfirmed, http.StatusBadRequest, "unconfirmed-rule"},
@@ -128,7 +132,12 @@ const MaxJSONBody = 1 << 20
 // decodeBody reads a JSON body strictly: unknown fields and trailing data
 // are errors (400 or 413 problems).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	return decodeJSON(http.MaxBytesReader(w, r.Body, MaxJSONBody), v)
+}
+
+// decodeJSON reads one JSON value strictly from body (see decodeBody).
+func decodeJSON(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError

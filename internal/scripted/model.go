@@ -113,6 +113,8 @@ func (f *Model) Known(model string) bool {
 
 var timePrefix = regexp.MustCompile(`^\[[^\]]*\] `)
 
+var pageNote = regexp.MustCompile(`(?m)^note (owner|work): (.+)$`)
+
 // rules, in order. Each matches the owner's message (time prefix removed).
 var rules = []struct {
 	re   *regexp.Regexp
@@ -150,6 +152,10 @@ var rules = []struct {
 		return call("schedule_job", args)
 	}},
 	{regexp.MustCompile(`^jobs$`), func(m []string) Reply { return call("list_jobs", map[string]any{}) }},
+	{regexp.MustCompile(`(?s)^note (owner|work): (.+)$`), func(m []string) Reply {
+		return call("write_note", map[string]any{"notes": m[1], "text": m[2]})
+	}},
+	{regexp.MustCompile(`^notes$`), func(m []string) Reply { return call("read_notes", map[string]any{}) }},
 	{regexp.MustCompile(`^cancel job (\d+)$`), func(m []string) Reply { return call("cancel_job", map[string]any{"id": m[1]}) }},
 	{regexp.MustCompile(`^cancel reminder (\d+)$`), func(m []string) Reply {
 		return call("cancel_reminder", map[string]any{"id": m[1]})
@@ -191,6 +197,12 @@ func (f *Model) Answer(req openai.ChatRequest) Reply {
 		return r
 	}
 	last := req.Messages[len(req.Messages)-1]
+	// A page that says "note owner: …" on a line of its own steers the
+	// scripted model into writing that note, as a model steered by what it
+	// reads would: asking the owner is what stands in the way.
+	if m := pageNote.FindStringSubmatch(last.Content); last.Role == "tool" && m != nil && strings.Contains(last.Content, "[outside text from ") {
+		return call("write_note", map[string]any{"notes": m[1], "text": m[2]})
+	}
 	if last.Role == "tool" {
 		name := "tool"
 		for i := len(req.Messages) - 1; i >= 0; i-- {
@@ -212,6 +224,12 @@ func (f *Model) Answer(req openai.ChatRequest) Reply {
 	}
 	if strings.HasPrefix(last.Content, "[harness] ") {
 		text = strings.TrimPrefix(last.Content, "[harness] ")
+	}
+	if text == "what were you told?" { // the system message, for tests of what reaches the model
+		if req.Messages[0].Role != "system" {
+			return Reply{Text: "no system message"}
+		}
+		return Reply{Text: "system: " + req.Messages[0].Content}
 	}
 	if strings.HasPrefix(last.Content, "[harness] Summarize") {
 		return Reply{Text: fmt.Sprintf("Summary: %d earlier messages.", len(req.Messages)-2)}
