@@ -244,3 +244,65 @@ func TestBookJudgesAndRecords(t *testing.T) {
 		t.Fatalf("trace of rule changes: %q", trace)
 	}
 }
+
+// Attack: a tool that asks after outside text (write_note) asks whenever
+// outside text has entered the conversation since the owner's last
+// message, in the context or cut out of it, whatever a rule allows, in
+// every agent (the worker's book too). Without outside text, rules decide
+// as for any tool.
+func TestAsksAfterOutsideText(t *testing.T) {
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "session.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := durable.OpenStore(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := durable.Tool{Name: "write_note", AsksAfterOutside: true, Parameters: durable.Schema(`"notes":{"type":"string"},"text":{"type":"string"}`, "notes", "text")}
+	page := &durable.Entry{ID: 9, Kind: durable.OutsideText}
+	cases := []struct {
+		name           string
+		rule           durable.Effect // "" for none
+		worker         bool
+		inContext, cut bool
+		want           durable.Effect
+		reasonMentions string
+	}{
+		{"no rule, no outside text", "", false, false, false, durable.Ask, "asks by default"},
+		{"allowed, no outside text", durable.Allow, false, false, false, durable.Allow, ""},
+		{"allowed, outside text in the context", durable.Allow, false, true, true, durable.Ask, "entry 9"},
+		{"allowed, outside text since the owner spoke but reset out of the context", durable.Allow, false, false, true, durable.Ask, "since your last message"},
+		{"allowed in the worker, outside text since the owner spoke", durable.Allow, true, false, true, durable.Ask, "since your last message"},
+		{"denied, outside text", durable.Deny, false, true, true, durable.Deny, "denies"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			book := &Book{Tools: []durable.Tool{note}, HoldsNoOwnerData: c.worker}
+			if err := store.SetSetting(ctx, rulesKey, ""); err != nil {
+				t.Fatal(err)
+			}
+			if c.rule != "" {
+				raw, _ := json.Marshal([]Rule{{ID: 1, Tool: note.Name, Effect: c.rule}})
+				if err := store.SetSetting(ctx, rulesKey, string(raw)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			q := durable.PolicyQuery{Tool: note, Call: durable.ToolCall{Name: note.Name, Arguments: json.RawMessage(`{"notes":"owner","text":"x"}`)}, Store: store}
+			if c.inContext {
+				q.Outside = page
+			}
+			if c.cut {
+				q.OutsideSinceOwner = page
+			}
+			v, err := book.Check(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Effect != c.want || !strings.Contains(v.Reason, c.reasonMentions) {
+				t.Fatalf("%+v, want %s mentioning %q", v, c.want, c.reasonMentions)
+			}
+		})
+	}
+}
