@@ -96,3 +96,44 @@ func TestRegistryRefusals(t *testing.T) {
 }
 
 func must(_ agents.Agent, err error) error { return err }
+
+// owner_notes is true unless the owner says otherwise, also for agents
+// stored before there were notes; the worker never gets them.
+func TestOwnerNotesDefaults(t *testing.T) {
+	ctx := context.Background()
+	h := harness(t)
+	old := `[{"name":"bob","id":"a1","kind":"owner","may_message":[],"created_at":"2026-11-01T00:00:00Z"},` +
+		`{"name":"worker","id":"worker","kind":"worker","model":"fake/alt","may_message":[],"created_at":"0001-01-01T00:00:00Z"}]`
+	if err := h.Store().SetSetting(ctx, "agents.registry", old); err != nil {
+		t.Fatal(err)
+	}
+	var r agents.Registry
+	off := false
+	if _, err := r.Create(ctx, h, agents.Spec{Name: "carol", OwnerNotes: &off}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(ctx, h, agents.Spec{Name: "dan"}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := r.List(ctx, h.Store())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, a := range list {
+		got[a.Name] = a.OwnerNotes
+	}
+	want := map[string]bool{"main": true, "worker": false, "bob": true, "carol": false, "dan": true}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: owner_notes %v, want %v", name, got[name], w)
+		}
+	}
+	on := true
+	if _, err := r.Update(ctx, h, "worker", agents.Patch{OwnerNotes: &on}); !errors.Is(err, agents.ErrInvalid) {
+		t.Fatalf("owner notes for the worker: %v", err)
+	}
+	if a, err := r.Update(ctx, h, "carol", agents.Patch{OwnerNotes: &on}); err != nil || !a.OwnerNotes {
+		t.Fatalf("owner notes turned on: %+v %v", a, err)
+	}
+}
