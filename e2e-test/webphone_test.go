@@ -271,8 +271,11 @@ func TestWebStopEndsASlowRun(t *testing.T) {
 	until(t, ctx, "the queued prompt runs, no longer queued", cardsWith("echo: and now?")+` === 1 && document.querySelectorAll('#timeline li.queued').length === 0`)
 }
 
-// The Agents page: make an agent, rename it and set its model, see today's
-// spend; the builtin agents keep their names.
+// The Agents page: make an agent, rename it and set its model, its work
+// notes and whether it gets the owner's notes, see today's spend; the
+// builtin agents keep their names. The notes about the owner are edited
+// there too, and a save over notes written meanwhile is refused, the
+// owner's text kept.
 func TestWebAgentsPage(t *testing.T) {
 	user, password, tok := webUser(t, "agentspage")
 	ctx, done := browser(t)
@@ -288,12 +291,31 @@ func TestWebAgentsPage(t *testing.T) {
 	}
 	run(t, ctx, "rename research and give it a model", chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] input[aria-label^="name"]`), "scout"),
 		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] select`), "fake/alt"),
-		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] textarea`), "You find sources. Cite them."),
+		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] textarea[aria-label^="instructions"]`), "You find sources. Cite them."),
+		chromedp.SetValue(chromedp.CSS(`#agent-list li[data-agent="research"] textarea[aria-label^="work notes"]`), "Sources so far: none."),
+		chromedp.Click(chromedp.CSS(`#agent-list li[data-agent="research"] input[type="checkbox"]`)),
 		chromedp.Click(chromedp.CSS(`#agent-list li[data-agent="research"] button[type="submit"]`)))
 	until(t, ctx, "scout listed", `document.querySelector('#agent-list li[data-agent="scout"]') !== null && document.querySelector('#agent-list li[data-agent="research"]') === null`)
 	b := mustGet(t, user, tok, "/agents/scout").Body
-	if !strings.Contains(b, `"model":"fake/alt"`) || !strings.Contains(b, `"instructions":"You find sources. Cite them."`) {
+	if !strings.Contains(b, `"model":"fake/alt"`) || !strings.Contains(b, `"instructions":"You find sources. Cite them."`) || !strings.Contains(b, `"owner_notes":false`) {
 		t.Fatalf("scout after the form: %s", b)
 	}
+	if b := mustGet(t, user, tok, "/agents/scout/notes").Body; !strings.Contains(b, `"text":"Sources so far: none."`) {
+		t.Fatalf("scout's work notes after the form: %s", b)
+	}
+	// The notes about the owner: saved from the page, shown with their version.
+	run(t, ctx, "the owner's notes", chromedp.SetValue(chromedp.ID("owner-notes"), "Ada. Short answers, please."),
+		chromedp.Click(chromedp.CSS(`#owner-notes-form button[type="submit"]`)))
+	until(t, ctx, "the owner's notes saved", `document.querySelector('#owner-notes-state').textContent.startsWith('Version 1')`)
+	if b := mustGet(t, user, tok, "/notes").Body; !strings.Contains(b, `"text":"Ada. Short answers, please."`) {
+		t.Fatalf("the owner's notes after the form: %s", b)
+	}
+	// Written meanwhile by someone else: the page says so and keeps the owner's text.
+	if r := put(t, user, tok, "/notes", `{"text":"Ada.","version":1}`); r.Code != 200 {
+		t.Fatalf("PUT /notes: %d %s", r.Code, r.Body)
+	}
+	run(t, ctx, "a stale save", chromedp.SetValue(chromedp.ID("owner-notes"), "Ada, in Lisbon."),
+		chromedp.Click(chromedp.CSS(`#owner-notes-form button[type="submit"]`)))
+	until(t, ctx, "the conflict said", `document.querySelector('#owner-notes-error').textContent.includes('meanwhile') && document.querySelector('#owner-notes').value === 'Ada, in Lisbon.'`)
 	screenshots(t, ctx, "agents")
 }
