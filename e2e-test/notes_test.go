@@ -86,15 +86,18 @@ func TestNotesReachTheModel(t *testing.T) {
 }
 
 // After a fetched page enters the conversation, write_note asks although a
-// rule allows it (the page steers the scripted model into writing a note
-// about the owner); denied, the notes stay as they were. Without outside
-// text, in a new conversation, the rule allows it.
+// rule allows it: main delegates a fetch to the worker (the owner's agents
+// have no web tools), the page's "note owner: …" line comes back in the
+// worker's answer and steers the scripted model into writing a note about
+// the owner. Denied, the notes stay as they were. Without outside text, in
+// a new conversation, the rule allows it.
 func TestWriteNoteAsksAfterAFetchedPage(t *testing.T) {
 	startSink(t)
 	user, tok := newUser(t, "notesask")
 	sink := "http://" + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + ":9999"
-	grant(t, user, tok, "fetch_url", "write_note")
-	r := post(t, user, tok, "/prompt", `{"text":"fetch `+sink+`/note/hours"}`)
+	grant(t, user, tok, "delegate", "write_note")
+	mustPost(t, user+"/agents/worker", tok, "/rules", `{"tool":"fetch_url","effect":"allow","confirm_unconditional":true}`, 201)
+	r := post(t, user, tok, "/prompt", `{"text":"delegate: fetch `+sink+`/note/hours"}`)
 	var s settled
 	if r.Code != 200 || json.Unmarshal([]byte(r.Body), &s) != nil || s.Status != "waiting" || s.WaitingFor == nil {
 		t.Fatalf("the fetch: want a run waiting for the owner, got %d %s", r.Code, r.Body)

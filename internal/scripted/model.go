@@ -176,6 +176,16 @@ func fromAgent(content string) (string, bool) {
 	return strings.TrimSpace(body[:end]), true
 }
 
+// offers reports whether req gives the model the tool called name.
+func offers(req openai.ChatRequest, name string) bool {
+	for _, t := range req.Tools {
+		if t.Function.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 func call(name string, args map[string]any) Reply {
 	return Reply{ToolCalls: []Call{{Name: name, Args: args}}}
 }
@@ -197,10 +207,11 @@ func (f *Model) Answer(req openai.ChatRequest) Reply {
 		return r
 	}
 	last := req.Messages[len(req.Messages)-1]
-	// A page that says "note owner: …" on a line of its own steers the
-	// scripted model into writing that note, as a model steered by what it
-	// reads would: asking the owner is what stands in the way.
-	if m := pageNote.FindStringSubmatch(last.Content); last.Role == "tool" && m != nil && strings.Contains(last.Content, "[outside text from ") {
+	// Outside text that says "note owner: …" on a line of its own (a page,
+	// or the worker's answer quoting one) steers the scripted model into
+	// writing that note when it has write_note, as a model steered by what
+	// it reads would: asking the owner is what stands in the way.
+	if m := pageNote.FindStringSubmatch(last.Content); last.Role == "tool" && m != nil && strings.Contains(last.Content, "[outside text from ") && offers(req, "write_note") {
 		return call("write_note", map[string]any{"notes": m[1], "text": m[2]})
 	}
 	if last.Role == "tool" {
