@@ -158,7 +158,9 @@ export class Timeline {
         if (card) this.markDecided(card, d);
         return null;
       }
-      case 'policy': return el('li', { class: 'note', text: e.text });
+      case 'policy':
+      case 'note': // a change of the rules or of the notes, in words
+        return el('li', { class: 'note', text: e.text });
       case 'reset': return el('li', { class: 'note', text: '— context reset: the agent starts fresh from here —' });
       case 'summary': return el('li', { class: 'note', text: `summary of the earlier conversation: ${e.text}` });
       case 'reminder': return el('li', { class: 'note', text: e.text });
