@@ -204,6 +204,12 @@ func (h *Harness) outsideInContext(ctx context.Context, conv int64) (*Entry, err
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return nil, err
 	}
+	return h.firstOutside(ctx, conv, from)
+}
+
+// firstOutside returns conv's first outside text entry from ID from on,
+// or nil when there is none.
+func (h *Harness) firstOutside(ctx context.Context, conv, from int64) (*Entry, error) {
 	e, err := h.store.FirstEntryOf(ctx, conv, OutsideText, from)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -226,14 +232,7 @@ func (h *Harness) outsideSinceOwner(ctx context.Context, conv int64) (*Entry, er
 	case !errors.Is(err, ErrNotFound):
 		return nil, err
 	}
-	e, err := h.store.FirstEntryOf(ctx, conv, OutsideText, from)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return nil, nil
-	case err != nil:
-		return nil, err
-	}
-	return &e, nil
+	return h.firstOutside(ctx, conv, from)
 }
 
 // summaryHasOutside reports whether a summary was written from outside

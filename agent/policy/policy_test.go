@@ -132,16 +132,22 @@ func TestProposedRules(t *testing.T) {
 // The book against a real harness: defaults, rules with conditions, the
 // precedence of deny over allow, outside text, trace entries for changes,
 // and "allow always" adding the proposed rule in the decision's commit.
+func openStore(t *testing.T) *durable.Store {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "session.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := durable.OpenStore(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
 func TestBookJudgesAndRecords(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "session.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := durable.OpenStore(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := openStore(t)
 	tools := []durable.Tool{
 		{Name: "shell", Parameters: durable.Schema(`"command":{"type":"string"}`, "command")},
 		{Name: "read_file", ReadOnly: true, Parameters: durable.Schema(`"path":{"type":"string"}`, "path")},
@@ -252,14 +258,7 @@ func TestBookJudgesAndRecords(t *testing.T) {
 // as for any tool.
 func TestAsksAfterOutsideText(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "session.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := durable.OpenStore(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := openStore(t)
 	note := durable.Tool{Name: "write_note", AsksAfterOutside: true, Parameters: durable.Schema(`"notes":{"type":"string"},"text":{"type":"string"}`, "notes", "text")}
 	page := &durable.Entry{ID: 9, Kind: durable.OutsideText}
 	cases := []struct {
