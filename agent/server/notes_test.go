@@ -39,6 +39,18 @@ func notePage(t *testing.T) *httptest.Server {
 	return site
 }
 
+// wantNoteAsked checks an approval is the page's write_note, asking
+// because of outside text, and that the owner's notes are still empty.
+func (a *agent) wantNoteAsked(view map[string]any) {
+	a.t.Helper()
+	if view["tool"] != "write_note" || !strings.Contains(view["reason"].(string), "outside text") || !strings.Contains(fmt.Sprint(view["arguments"]), "evil@example.org") {
+		a.t.Fatalf("the steered note's approval: %v", view)
+	}
+	if got := a.notesText(""); got != "" {
+		a.t.Fatalf("the owner's notes while it waits: %q", got)
+	}
+}
+
 // Attack: a fetched page tells the model to write a note about the owner
 // (the scripted model obeys a page's "note owner: …" line). With a rule
 // that allows write_note, the call still asks and writes nothing until the
@@ -52,12 +64,7 @@ func TestWriteNoteAfterAFetchedPageAsks(t *testing.T) {
 	a.allow("write_note")
 	m := a.prompt("fetch " + site.URL + "/hours")
 	_, view := a.waitingApproval(m)
-	if view["tool"] != "write_note" || !strings.Contains(view["reason"].(string), "outside text") || !strings.Contains(fmt.Sprint(view["arguments"]), "evil@example.org") {
-		t.Fatalf("the page's note: %v", view)
-	}
-	if got := a.notesText(""); got != "" {
-		t.Fatalf("the owner's notes before the decision: %q", got)
-	}
+	a.wantNoteAsked(view)
 	id, _ := a.waitingApproval(m)
 	if m := a.decideRun(id, `{"decision":"deny"}`); m["status"] != "done" {
 		t.Fatalf("after the denial: %v", m)
@@ -95,12 +102,7 @@ func TestWriteNoteAfterTheWorkersAnswerAsks(t *testing.T) {
 	a.allow("write_note")
 	a.must("POST", "/agents/worker/rules", `{"tool":"fetch_url","effect":"allow","confirm_unconditional":true}`, 201)
 	_, view := a.waitingApproval(a.prompt("delegate: fetch " + site.URL + "/hours"))
-	if view["tool"] != "write_note" || !strings.Contains(view["reason"].(string), "outside text") {
-		t.Fatalf("main after the worker's answer: %v", view)
-	}
-	if got := a.notesText(""); got != "" {
-		t.Fatalf("the owner's notes: %q", got)
-	}
+	a.wantNoteAsked(view)
 }
 
 // Attack: another agent's message is outside text from the start of the
@@ -116,13 +118,7 @@ func TestWriteNoteFromAnotherAgentsMessageAsks(t *testing.T) {
 	eventually(t, "bob's approval", func() bool {
 		return len(a.must("GET", "/agents/bob/approvals", "", 200)["approvals"].([]any)) == 1
 	})
-	ap := a.must("GET", "/agents/bob/approvals", "", 200)["approvals"].([]any)[0].(map[string]any)
-	if ap["tool"] != "write_note" || !strings.Contains(ap["reason"].(string), "outside text") {
-		t.Fatalf("bob's approval: %v", ap)
-	}
-	if got := a.notesText(""); got != "" {
-		t.Fatalf("the owner's notes: %q", got)
-	}
+	a.wantNoteAsked(a.must("GET", "/agents/bob/approvals", "", 200)["approvals"].([]any)[0].(map[string]any))
 }
 
 // The owner's notes and an agent's work notes reach every model request in
