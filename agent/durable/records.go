@@ -41,7 +41,7 @@ const (
 	StoppedEntry     EntryKind = "stopped"           // the owner stopped a run (Text: why); not part of the context
 	GateEntry        EntryKind = "gate"              // the citation gate refused a reply (Text: why; the run tries again); not part of the context
 	RetryEntry       EntryKind = "retry"             // a model call failed for now and is tried again (Text: why and when); not part of the context
-	NoteEntry        EntryKind = "note"              // notes were written (Data: which, by whom, the version and size), for the trace; not part of the context
+	NoteEntry        EntryKind = "note"              // notes were written (Data: which, by whom, the version, size and text), for the trace; not part of the context
 )
 
 // ToolCall is one call the model asked for.

@@ -28,11 +28,13 @@ function showOwnerNotes(n) {
 export async function showAgents() {
   const [{ agents }, models, spend, owner] = await Promise.all([
     get(`${sandbox}/agents`), get(`${sandbox}/models`).catch(() => ({ models: [] })), get('/api/spend').catch(() => null),
-    get(`${sandbox}/notes`)]);
-  showOwnerNotes(owner);
+    get(`${sandbox}/notes`).catch((err) => ({ error: err.message }))]);
+  // The agents are listed even when the notes cannot be read: the notes say why.
+  $('owner-notes-error').textContent = owner.error ? `The notes could not be read: ${owner.error}` : '';
+  if (!owner.error) showOwnerNotes(owner);
   // The worker keeps no notes.
   const work = Object.fromEntries(await Promise.all((agents || []).filter((a) => a.kind !== 'worker')
-    .map((a) => get(notesPath(a.name)).then((n) => [a.name, n.work]))));
+    .map((a) => get(notesPath(a.name)).then((n) => [a.name, n.work], () => [a.name, null]))));
   const today = spend ? Object.values(spend.today_micros || {}).reduce((a, b) => a + b, 0) : null;
   $('agents-spend').textContent = spend
     ? `Spent today across all agents: ${usd(today)} of ${usd(spend.daily_limit_micros)}; this month ${usd(Object.values(spend.month_micros || {}).reduce((a, b) => a + b, 0))}.`
