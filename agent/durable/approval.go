@@ -56,7 +56,14 @@ const (
 	AllowAlways = "allow_always" // allow once and add a rule built from the call
 	DenyCall    = "deny"
 	DenyAlways  = "deny_always" // deny and add a rule refusing such calls (the run is told "deny")
+	// Expired is no owner's decision: the approval's time ran out, and the
+	// call is refused as if denied (the harness records it, never Decide).
+	Expired = "expired"
 )
+
+// DefaultApprovalTTL is how long an approval waits for the owner when
+// Options.ApprovalTTL is zero.
+const DefaultApprovalTTL = 7 * 24 * time.Hour
 
 // Approval is a tool call waiting for the owner. Its ID is the ID of its
 // approval entry; it survives restarts with the task that waits on it.
@@ -70,19 +77,22 @@ type Approval struct {
 	SHA256         string          `json:"sha256"` // of Arguments, byte for byte as recorded (and as the tool gets them)
 	Reason         string          `json:"reason"`
 	AskedAt        time.Time       `json:"asked_at"`
+	// ExpiresAt is when the call is refused if the owner has not decided:
+	// the waiting task's deadline.
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Decision is the owner's answer to an approval.
 type Decision struct {
 	ApprovalID int64     `json:"approval_id"`
-	Decision   string    `json:"decision"`       // AllowOnce, AllowAlways or DenyCall
+	Decision   string    `json:"decision"`       // AllowOnce, AllowAlways, DenyCall, or Expired
 	Note       string    `json:"note,omitempty"` // for the model, with a deny
 	SHA256     string    `json:"sha256"`         // the arguments it is bound to
 	At         time.Time `json:"at"`
 }
 
 // ErrDecided is returned by Decide for an approval that is not waiting
-// any more (decided already, or its run ended).
+// any more (decided already, expired, or its run ended).
 var ErrDecided = errors.New("approval already decided")
 
 // ArgumentsHash is the hex sha256 of a call's arguments, byte for byte.
@@ -92,16 +102,18 @@ func ArgumentsHash(args json.RawMessage) string {
 }
 
 // ask stores call as an approval: the approval entry, the task waiting on
-// it (an approval is no deadline: nothing wakes the sandbox for it) and
-// whatever the host wants committed with it (the owner's notification).
+// it until the approval expires (its deadline, so the host wakes the
+// sandbox then to refuse the call) and whatever the host wants committed
+// with it (the owner's notification).
 func (h *Harness) ask(t Task, cp genCheckpoint, call ToolCall, reason string) (StepResult, error) {
 	id, err := h.store.MintID()
 	if err != nil {
 		return StepResult{}, err
 	}
 	now := h.Now()
+	expires := now.Add(h.opts.ApprovalTTL)
 	a := Approval{ID: id, ConversationID: t.ConversationID, RunID: t.ID, CallID: call.ID, Tool: call.Name,
-		Arguments: call.Arguments, SHA256: ArgumentsHash(call.Arguments), Reason: reason, AskedAt: now}
+		Arguments: call.Arguments, SHA256: ArgumentsHash(call.Arguments), Reason: reason, AskedAt: now, ExpiresAt: expires}
 	entry := Entry{ID: id, ConversationID: t.ConversationID, Kind: ApprovalEntry, At: now, RunID: t.ID,
 		Text: fmt.Sprintf("%s waits for the owner: %s", call.Name, reason), ToolCallID: call.ID, ToolName: call.Name,
 		Arguments: call.Arguments, Data: mustRaw(a)}
@@ -112,8 +124,43 @@ func (h *Harness) ask(t Task, cp genCheckpoint, call ToolCall, reason string) (S
 		}
 	}
 	cp.Waiting, cp.Decided = id, nil
-	t.State, t.Deadline, t.Checkpoint = Waiting, nil, mustRaw(cp)
+	t.State, t.Deadline, t.Checkpoint = Waiting, &expires, mustRaw(cp)
 	return StepResult{Task: t, Entries: []Entry{entry}, NewTasks: tasks}, nil
+}
+
+// expire refuses Calls[Next], whose approval (cp.Waiting) the owner did not
+// decide before it expired: the task's deadline passed while it waited, so
+// the scheduler ran it. One step writes the expiry record (a decision
+// entry, "expired") and the refusal the model reads; a Decide that comes
+// later finds the task no longer waiting (ErrDecided).
+func (h *Harness) expire(ctx context.Context, t Task, cp genCheckpoint, call ToolCall) (StepResult, error) {
+	a, err := h.Approval(ctx, cp.Waiting)
+	if err != nil {
+		return StepResult{}, err
+	}
+	id, err := h.store.MintID()
+	if err != nil {
+		return StepResult{}, err
+	}
+	now := h.Now()
+	expiry := a.ExpiresAt
+	if t.Deadline != nil { // the stored deadline; also for an approval asked before ExpiresAt was recorded
+		expiry = *t.Deadline
+	}
+	waited := expiry.Sub(a.AskedAt).Round(time.Second)
+	d := Decision{ApprovalID: a.ID, Decision: Expired, SHA256: a.SHA256, At: now,
+		Note: fmt.Sprintf("no decision within %s", waited)}
+	record := Entry{ID: id, ConversationID: a.ConversationID, Kind: DecisionEntry, At: now, RunID: a.RunID,
+		Text:       fmt.Sprintf("approval %d (%s) expired: the owner did not decide within %s", a.ID, a.Tool, waited),
+		ToolCallID: a.CallID, ToolName: a.Tool, Data: mustRaw(d)}
+	cp.Waiting = 0
+	t.Deadline = nil
+	res, err := h.deniedResult(t, cp, call, fmt.Sprintf("[expired] The approval for this call of %s expired: the owner did not decide within %s, so it did not run.", call.Name, waited), a.ID)
+	if err != nil {
+		return res, err
+	}
+	res.Entries = append([]Entry{record}, res.Entries...)
+	return res, nil
 }
 
 // deniedResult answers call without running it.
@@ -270,7 +317,7 @@ func (h *Harness) Decide(ctx context.Context, approvalID int64, decision, note s
 		ToolCallID: a.CallID, ToolName: a.Tool, Data: mustRaw(d)}
 	cp.Waiting = 0
 	cp.Decided = &decided{Approval: a.ID, CallID: a.CallID, SHA256: a.SHA256, Decision: decision, Note: note}
-	t.State, t.Checkpoint = Pending, mustRaw(cp)
+	t.State, t.Deadline, t.Checkpoint = Pending, nil, mustRaw(cp)
 	w := extra
 	w.Entries = append(append([]Entry(nil), extra.Entries...), entry)
 	w.Tasks = append(append([]Task(nil), extra.Tasks...), t)
@@ -348,9 +395,19 @@ func (h *Harness) PendingApprovals(ctx context.Context) ([]Approval, error) {
 			h.opts.Log.Error("durable: a waiting task's approval cannot be read", "task", t.ID, "approval", cp.Waiting, "err", err)
 			continue
 		}
+		if t.Deadline != nil {
+			a.ExpiresAt = *t.Deadline // the stored deadline is the one that counts
+		}
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// waitsOnApproval reports whether t is a run waiting on an approval (a
+// paused job waits too, on nothing, with no deadline).
+func waitsOnApproval(t Task) bool {
+	var cp genCheckpoint
+	return t.State == Waiting && t.Kind == KindGeneration && json.Unmarshal(t.Checkpoint, &cp) == nil && cp.Waiting != 0
 }
 
 // decided is the owner's decision as the waiting task's checkpoint keeps

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,8 +64,8 @@ func countingTool(name string, runs *atomic.Int32) durable.Tool {
 	}}
 }
 
-// An approval waits across a close and reopen (no deadline: nothing is
-// due), is bound to the call's exact arguments, and once allowed the tool
+// An approval waits across a close and reopen (due only when it expires),
+// is bound to the call's exact arguments, and once allowed the tool
 // runs exactly once; deciding it again, or an approval that does not
 // exist, is refused and writes nothing.
 func TestApprovalWaitsAcrossReopenAndRunsOnce(t *testing.T) {
@@ -94,8 +95,8 @@ func TestApprovalWaitsAcrossReopenAndRunsOnce(t *testing.T) {
 	if err := e.h.WaitIdle(idle); err != nil {
 		t.Fatal(err)
 	}
-	if due, _ := e.h.NextDueAt(ctx); !due.IsZero() {
-		t.Fatalf("an approval is not a deadline; next due %v", due)
+	if due, _ := e.h.NextDueAt(ctx); !due.Equal(list[0].ExpiresAt) || !list[0].ExpiresAt.Equal(list[0].AskedAt.Add(durable.DefaultApprovalTTL)) {
+		t.Fatalf("the next due time is the approval's expiry (%v, asked %v): %v", list[0].ExpiresAt, list[0].AskedAt, due)
 	}
 	e.reopen()
 	if got := e.pending(); len(got) != 1 || got[0].ID != list[0].ID {
@@ -307,5 +308,102 @@ func TestCallsOfATaintedReplyAskAfterAReset(t *testing.T) {
 	second := e.pending()
 	if runs.Load() != 1 || len(second) != 1 || string(second[0].Arguments) != `{"x":2}` {
 		t.Fatalf("ran %d; pending %+v", runs.Load(), second)
+	}
+}
+
+// An approval the owner does not decide in time expires, also when the
+// harness was closed (a stopped sandbox, a restarted manager) as it
+// expired: its expiry is the agent's next due time, the run reads the call
+// as refused because it expired and answers, the trace records "expired"
+// once, the approval is no longer pending, and a late decision is refused
+// like a second one.
+func TestApprovalExpiresAcrossReopen(t *testing.T) {
+	var runs atomic.Int32
+	clock := &fakeClock{now: time.Now().UTC()}
+	var due []time.Time
+	var dueMu sync.Mutex
+	e := newEnv(t, durable.Options{Policy: &askPolicy{}, Tools: []durable.Tool{countingTool("poke", &runs)},
+		ApprovalTTL: time.Hour, Now: clock.Now, OnScheduled: func(at time.Time) {
+			dueMu.Lock()
+			due = append(due, at)
+			dueMu.Unlock()
+		}})
+	sub := e.settle(1, durable.Input{Text: `call poke {"x":1}`})
+	list := e.pending()
+	if len(list) != 1 || !list[0].ExpiresAt.Equal(list[0].AskedAt.Add(time.Hour)) {
+		t.Fatalf("pending %+v, want one expiring an hour after it was asked", list)
+	}
+	a := list[0]
+	idle, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := e.h.WaitIdle(idle); err != nil {
+		t.Fatal(err)
+	}
+	if next, _ := e.h.NextDueAt(ctx); !next.Equal(a.ExpiresAt) {
+		t.Fatalf("next due %v, want the expiry %v", next, a.ExpiresAt)
+	}
+	waitFor(t, func() bool {
+		dueMu.Lock()
+		defer dueMu.Unlock()
+		return len(due) > 0 && due[len(due)-1].Equal(a.ExpiresAt)
+	}) // the host is told the expiry as its next due time
+
+	e.h.Close() // the sandbox goes down; the expiry passes while it is
+	clock.jump(time.Hour + time.Second)
+	e.open()
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	sub, err := e.h.WaitSubmission(wctx, sub.ID) // WaitSettled would return at once: it still waits until it runs
+	if err != nil || sub.Status != durable.Done || runs.Load() != 0 {
+		t.Fatalf("after expiry: %+v (%v), ran %d", sub, err, runs.Load())
+	}
+	ans, _ := e.store.Entry(ctx, sub.AnswerEntryID)
+	if !strings.Contains(ans.Text, "[expired]") {
+		t.Fatalf("the model was not told the approval expired: %q", ans.Text)
+	}
+	es := e.entries(1)
+	if k := kinds(es); k != "owner_message,assistant_message,approval,approval_decision,tool_result,assistant_message" {
+		t.Fatalf("entries %s", k)
+	}
+	var d durable.Decision
+	if err := json.Unmarshal(es[3].Data, &d); err != nil || d.Decision != durable.Expired || d.ApprovalID != a.ID {
+		t.Fatalf("the record of the expiry: %s (%v)", es[3].Data, err)
+	}
+	if len(e.pending()) != 0 {
+		t.Fatalf("an expired approval is still pending: %+v", e.pending())
+	}
+	if _, err := e.h.Decide(ctx, a.ID, durable.AllowOnce, "", durable.Writes{}); !errors.Is(err, durable.ErrDecided) {
+		t.Fatalf("a decision after the expiry: %v", err)
+	}
+	e.reopen()
+	if n := len(e.entries(1)); n != len(es) || runs.Load() != 0 {
+		t.Fatalf("reopen after the expiry wrote more (%d entries, was %d) or ran the tool (%d)", n, len(es), runs.Load())
+	}
+}
+
+// A decision before the expiry wins: the run goes on and nothing expires later.
+func TestDecisionBeforeExpiryClearsIt(t *testing.T) {
+	var runs atomic.Int32
+	clock := &fakeClock{now: time.Now().UTC()}
+	e := newEnv(t, durable.Options{Policy: &askPolicy{}, Tools: []durable.Tool{countingTool("poke", &runs)},
+		ApprovalTTL: time.Hour, Now: clock.Now})
+	sub := e.settle(1, durable.Input{Text: `call poke {"x":1}`})
+	if _, err := e.h.Decide(ctx, e.pending()[0].ID, durable.AllowOnce, "", durable.Writes{}); err != nil {
+		t.Fatal(err)
+	}
+	sub = e.waitSettled(sub.ID)
+	clock.jump(2 * time.Hour)
+	e.reopen()
+	idle, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := e.h.WaitIdle(idle); err != nil {
+		t.Fatal(err)
+	}
+	if k := kinds(e.entries(1)); sub.Status != durable.Done || runs.Load() != 1 ||
+		k != "owner_message,assistant_message,approval,approval_decision,tool_call,tool_result,assistant_message" {
+		t.Fatalf("%+v ran %d; entries %s", sub, runs.Load(), k)
+	}
+	if next, _ := e.h.NextDueAt(ctx); !next.IsZero() {
+		t.Fatalf("nothing should be due after a decided approval: %v", next)
 	}
 }

@@ -292,6 +292,9 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 	call := cp.Calls[cp.Next]
 	tool, known := h.tools[call.Name]
 	replay := cp.Executing
+	if cp.Waiting != 0 { // run while it waited: its approval expired (Decide clears Waiting)
+		return h.expire(ctx, t, cp, call)
+	}
 	if !cp.Executing {
 		if res, err := h.authorize(ctx, t, cp, call); err != nil || res != nil {
 			if err != nil {

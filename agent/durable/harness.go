@@ -114,8 +114,11 @@ type Options struct {
 	// notification of a scheduled job's result, for example), given the
 	// input the run answered and its reply.
 	OnAnswer func(in Input, answer Entry) []Task
-	Now      func() time.Time
-	Log      *slog.Logger
+	// ApprovalTTL is how long an approval waits for the owner before the
+	// call is refused as expired (default DefaultApprovalTTL).
+	ApprovalTTL time.Duration
+	Now         func() time.Time
+	Log         *slog.Logger
 }
 
 // Harness runs tasks over a Store. It is the only writer of its store.
@@ -189,6 +192,9 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 	if opts.MaxTurns == 0 {
 		opts.MaxTurns = 16
 	}
+	if opts.ApprovalTTL <= 0 {
+		opts.ApprovalTTL = DefaultApprovalTTL
+	}
 	if opts.Compaction.KeepRecent == 0 {
 		opts.Compaction.KeepRecent = 20
 	}
@@ -208,14 +214,19 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 	}
 	var back []Task
 	for _, t := range live {
-		if t.State == Running {
+		switch {
+		case t.State == Running:
 			t.State = Pending
+			back = append(back, t)
+		case t.State == Waiting && t.Deadline == nil && waitsOnApproval(t): // asked before approvals expired: one TTL from now
+			due := h.Now().Add(opts.ApprovalTTL)
+			t.Deadline = &due
 			back = append(back, t)
 		}
 	}
 	if len(back) > 0 {
 		if err := store.Commit(ctx, Writes{Tasks: back}); err != nil {
-			return nil, fmt.Errorf("open harness: requeue running tasks: %w", err)
+			return nil, fmt.Errorf("open harness: requeue running tasks, date waiting ones: %w", err)
 		}
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -318,6 +329,8 @@ func (h *Harness) ready(t Task, now time.Time) bool {
 		return true
 	case Sleeping:
 		return t.Deadline == nil || !t.Deadline.After(now)
+	case Waiting: // a deadline while waiting is when the wait expires
+		return t.Deadline != nil && !t.Deadline.After(now)
 	}
 	return false
 }
@@ -429,7 +442,7 @@ func (h *Harness) nextDue(live []Task, now time.Time) time.Time {
 		switch {
 		case t.State == Pending || t.State == Running || h.busy[t.ID]:
 			return now
-		case t.State == Sleeping && t.Deadline != nil:
+		case (t.State == Sleeping || t.State == Waiting) && t.Deadline != nil:
 			if due.IsZero() || t.Deadline.Before(due) {
 				due = *t.Deadline
 			}

@@ -78,7 +78,7 @@ const (
 	Pending    TaskState = "pending"    // ready to run its next step
 	Running    TaskState = "running"    // a step is executing (pending again after a crash)
 	Sleeping   TaskState = "sleeping"   // waiting for Deadline; the checkpoint holds the next step
-	Waiting    TaskState = "waiting"    // waiting for something outside time (an approval)
+	Waiting    TaskState = "waiting"    // waiting for the owner (an approval) until Deadline, when it expires
 	Completing TaskState = "completing" // outcome decided, owned work draining
 	Terminal   TaskState = "terminal"   // done; Outcome says how
 )
