@@ -199,6 +199,10 @@ func serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	approvalTTL, err := time.ParseDuration(env(sandboxapi.EnvApprovalTTL, durable.DefaultApprovalTTL.String()))
+	if err != nil || approvalTTL <= 0 {
+		return fmt.Errorf("%s: want a positive duration such as 168h, got %q", sandboxapi.EnvApprovalTTL, os.Getenv(sandboxapi.EnvApprovalTTL))
+	}
 	gatewayURL := env(sandboxapi.EnvGatewayURL, "http://gateway:8088")
 	model := modelclient.New(gatewayURL+gatewayapi.Prefix, id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
@@ -229,10 +233,11 @@ func serve(ctx context.Context) error {
 			return []durable.Task{reminders.Notice(gatewayapi.KindApproval, agent, approvalNotice(agent, a, proposal, cmp.Or(id.User(), "<you>")), a.AskedAt)}
 		},
 		Harness: durable.Options{
-			System:     systemPrompt,
-			Tools:      slices.Concat(tools.Builtin(toolsWS, shell), reminders.Tools(), jobs.Tools()),
-			Kinds:      map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}, jobs.Kind: jobs.Task{}},
-			Compaction: compaction,
+			System:      systemPrompt,
+			Tools:       slices.Concat(tools.Builtin(toolsWS, shell), reminders.Tools(), jobs.Tools()),
+			Kinds:       map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: model.Notify}, jobs.Kind: jobs.Task{}},
+			Compaction:  compaction,
+			ApprovalTTL: approvalTTL,
 			// The token is out of the tools' reach; should it get out anyway, the model does not see it.
 			Redact: func(text string) string {
 				if token := id.Token(); len(token) >= 6 {

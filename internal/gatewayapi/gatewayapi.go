@@ -150,4 +150,7 @@ const (
 	ProblemBadURL    = "bad-url"        // not an absolute http or https URL
 	ProblemBadSearch = "bad-search"     // an empty or over-long query
 	ProblemNoSearch  = "search-failed"  // the provider failed
+	// Both web routes are charged to the user's spend and rate limited.
+	ProblemSpendLimit = "spend-limit"    // 402: the call's price would pass the daily or monthly spend limit (the detail says which)
+	ProblemWebRate    = "web-rate-limit" // 429 with Retry-After: the user's web calls per minute are used up
 )

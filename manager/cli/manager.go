@@ -196,6 +196,7 @@ func serve(ctx context.Context) error {
 			Health: healthOf{store, mgr}, Metrics: metrics},
 		GatewayDeps: server.GatewayDeps{Gateway: store, Provider: provider, Usage: store,
 			Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits,
+			WebPrices: cfg.WebPrices, WebPerMinute: cfg.WebPerMinute,
 			Notifications: store, Kick: deliverer.Kick, NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
 			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir},
 		OwnerDeps: server.OwnerDeps{Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,

@@ -56,12 +56,15 @@ type Config struct {
 	SearchProvider   string                 // AFFIDO_SEARCH_PROVIDER: scripted or brave
 	SearchURL        string                 // AFFIDO_SEARCH_URL: the provider's endpoint
 	SearchKey        string                 // AFFIDO_SEARCH_KEY, or the file AFFIDO_SEARCH_KEY_FILE
+	WebPrices        spend.WebPrices        // AFFIDO_PRICE_WEB_SEARCH, AFFIDO_PRICE_FETCH: USD per call
+	WebPerMinute     int                    // AFFIDO_WEB_PER_MINUTE: web_search and fetch_url calls per user per minute (0: no limit)
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
 	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
 	PushSubject      string                 // AFFIDO_PUSH_SUBJECT: the operator's contact in Web Push's VAPID token (mailto: or https:)
 	CompactTokens    int64                  // AFFIDO_COMPACT_TOKENS: context size (est. tokens) past which agents summarize (0: never)
 	CompactHardCap   int64                  // AFFIDO_COMPACT_HARD_CAP: context size past which no model request is sent (0: no cap)
+	ApprovalTTL      time.Duration          // AFFIDO_APPROVAL_TTL: how long an approval waits for the owner before it expires
 	Runtime          string                 // AFFIDO_RUNTIME: docker (one host) or kubernetes
 	Kube             Kube                   // the kubernetes runtime's settings
 }
@@ -137,6 +140,10 @@ func Load() (Config, error) {
 		AuthCacheTTL:     dur("AFFIDO_AUTH_CACHE_TTL", "1s"),
 		CompactTokens:    num("AFFIDO_COMPACT_TOKENS", 60000),
 		CompactHardCap:   num("AFFIDO_COMPACT_HARD_CAP", 85000),
+		ApprovalTTL:      dur(sandboxapi.EnvApprovalTTL, "168h"),
+	}
+	if c.ApprovalTTL == 0 {
+		errs = append(errs, fmt.Errorf("%s: want a positive duration such as 168h, got %q", sandboxapi.EnvApprovalTTL, os.Getenv(sandboxapi.EnvApprovalTTL)))
 	}
 	c.Provider = str("AFFIDO_PROVIDER", "fake")
 	c.MarketplaceDir = str("AFFIDO_MARKETPLACE_DIR", "/marketplace")
@@ -242,6 +249,11 @@ func Load() (Config, error) {
 		}
 		return spend.USD(f)
 	}
+	// A search costs what the provider bills per request: Brave's Search
+	// plan is $5 per 1000. The scripted provider is priced alike, so the
+	// tests exercise spend.
+	c.WebPrices = spend.WebPrices{Search: usd("AFFIDO_PRICE_WEB_SEARCH", "0.005"), Fetch: usd("AFFIDO_PRICE_FETCH", "0.001")}
+	c.WebPerMinute = int(num("AFFIDO_WEB_PER_MINUTE", 30))
 	c.SpendLimits = spend.Limits{Daily: usd("AFFIDO_SPEND_DAILY_USD", "5"), Monthly: usd("AFFIDO_SPEND_MONTHLY_USD", "50")}
 	if c.SandboxProxy != "" && len(c.ControlKey) < sandboxapi.MinControlKeyLen {
 		errs = append(errs, fmt.Errorf("%s: the key of Caddy's control listener, at least %d characters (./dev.sh up makes one), got %d", sandboxapi.EnvControlKey, sandboxapi.MinControlKeyLen, len(c.ControlKey)))

@@ -20,6 +20,7 @@ import (
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/manager/outbound"
+	"github.com/affido/affido/manager/spend"
 )
 
 // Web serves fetch_url and web_search to sandboxes, which have no egress
@@ -33,10 +34,25 @@ type Web struct {
 	Search Searcher
 	Log    *slog.Logger
 	Now    func() time.Time
+
+	// Spend control, on the ledger model calls are charged to: with a
+	// Ledger, each call reserves its price (Prices) against the user's
+	// limits (Limits, the defaults) before it goes out, refused with 402
+	// past one, and is settled to it after. PerMinute, if positive, bounds
+	// each user's web calls in any minute (429). Bad input is refused
+	// before either and is neither charged nor counted.
+	Ledger    spend.Ledger
+	Limits    spend.Limits
+	Prices    spend.WebPrices
+	PerMinute int
+	OnLimit   func(user string) // told when a call is refused for spend
+
+	rate *perMinute
 }
 
 // Register adds the web routes to mux.
 func (h *Web) Register(mux *http.ServeMux) {
+	h.rate = newPerMinute(h.PerMinute)
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.FetchPath, h.fetch)
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.SearchPath, h.search)
 }
@@ -98,6 +114,11 @@ func (h *Web) fetch(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, http.StatusBadRequest, gatewayapi.ProblemBadURL, err.Error())
 		return
 	}
+	settle, ok := h.charge(w, r, user, ToolFetch)
+	if !ok {
+		return
+	}
+	defer settle()
 	page, kind, status, err := h.get(r.Context(), u)
 	if err != nil {
 		h.Log.Info("gateway: fetch refused or failed", "user", user, "url", u.Redacted(), "err", err)
@@ -193,6 +214,11 @@ func (h *Web) search(w http.ResponseWriter, r *http.Request) {
 		n = 5
 	}
 	n = min(n, gatewayapi.MaxSearchHits)
+	settle, ok := h.charge(w, r, user, ToolSearch)
+	if !ok {
+		return
+	}
+	defer settle()
 	ctx, cancel := context.WithTimeout(r.Context(), gatewayapi.FetchTimeout)
 	defer cancel()
 	hits, err := h.Search.Search(ctx, q, n)

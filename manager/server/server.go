@@ -117,6 +117,10 @@ type GatewayDeps struct {
 	FreeModels  map[string]bool
 	Ledger      spend.Ledger
 	SpendLimits spend.Limits
+	// WebPrices and WebPerMinute charge and limit web_search and fetch_url
+	// (see gateway.Web) on the same Ledger.
+	WebPrices    spend.WebPrices
+	WebPerMinute int
 	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
 	Notifications interface {
 		// EnqueueNotification stores a notification (its Key, Text, DueAt,
@@ -179,7 +183,8 @@ func (s *Server) Handler() http.Handler {
 		if search == nil {
 			search = gateway.ScriptedSearch{}
 		}
-		(&gateway.Web{Caller: s.caller, Client: s.FetchClient, Search: search, Log: s.Log}).Register(mux)
+		(&gateway.Web{Caller: s.caller, Client: s.FetchClient, Search: search, Log: s.Log, Ledger: s.Ledger, Limits: s.SpendLimits,
+			Prices: s.WebPrices, PerMinute: s.WebPerMinute, OnLimit: s.spendLimitReached}).Register(mux)
 	}
 	if s.MarketplaceDir != "" {
 		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)

@@ -274,7 +274,7 @@ func TestSpendRoutes(t *testing.T) {
 	s := &Server{EdgeDeps: EdgeDeps{Auth: fakeAuth{sessions: map[string]string{"s-alice": "alice"}, tokens: map[string]string{"t-bob": "bob"}}},
 		GatewayDeps: GatewayDeps{Provider: scripted.NewModel([]string{"fake/echo"}), SpendLimits: spend.Limits{Daily: 5e6, Monthly: 5e7},
 			Prices: map[string]spend.Price{"fake/echo": {Input: 1.5, Output: 6}}},
-		OwnerDeps:   OwnerDeps{SpendOwner: &fakeSpendOwner{raised: map[string]bool{}}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		OwnerDeps: OwnerDeps{SpendOwner: &fakeSpendOwner{raised: map[string]bool{}}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	h := s.Handler()
 	do := func(method, path string, hdr map[string]string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(method, path, nil)

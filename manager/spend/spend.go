@@ -27,6 +27,12 @@ type Price struct {
 	Input, Output float64
 }
 
+// WebPrices are what one web call costs, in micro-dollars: a search what
+// the provider bills per request, a fetch what the operator charges for it.
+type WebPrices struct {
+	Search, Fetch int64
+}
+
 // Limits are a user's limits in micro-dollars.
 type Limits struct {
 	Daily, Monthly int64
@@ -40,12 +46,18 @@ type LimitError struct {
 	Reserve int64  // the call's worst case, micro-dollars
 	Spent   int64  // spent and reserved in the period so far
 	Limit   int64
+	// Call says what Reserve is for, in words ("this fetch_url costs
+	// $0.0010"); empty: a model call's worst case.
+	Call string
 }
 
 func (e *LimitError) Error() string {
-	return fmt.Sprintf("%v: the %s limit is %s and %s of it is spent; this call could cost up to %s "+
-		"(its worst case: the whole prompt and max_tokens of output at the model's prices), which would pass it",
-		ErrLimit, e.Period, Dollars(e.Limit), Dollars(e.Spent), Dollars(e.Reserve))
+	call := e.Call
+	if call == "" {
+		call = fmt.Sprintf("this call could cost up to %s (its worst case: the whole prompt and max_tokens of output at the model's prices)", Dollars(e.Reserve))
+	}
+	return fmt.Sprintf("%v: the %s limit is %s and %s of it is spent; %s, which would pass it",
+		ErrLimit, e.Period, Dollars(e.Limit), Dollars(e.Spent), call)
 }
 
 func (e *LimitError) Unwrap() error { return ErrLimit }
