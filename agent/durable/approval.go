@@ -359,6 +359,9 @@ func (h *Harness) waitingOn(ctx context.Context, approvalID int64) (Approval, Ta
 	if t.State != Waiting || cp.Waiting != approvalID {
 		return a, t, cp, fmt.Errorf("approval %d: %w", approvalID, ErrDecided)
 	}
+	if expired(t, h.Now()) { // the harness records the expiry at its next look
+		return a, t, cp, fmt.Errorf("approval %d expired at %s: %w", approvalID, t.Deadline.Format(time.RFC3339), ErrDecided)
+	}
 	return a, t, cp, nil
 }
 
@@ -385,9 +388,10 @@ func (h *Harness) PendingApprovals(ctx context.Context) ([]Approval, error) {
 		return nil, err
 	}
 	out := []Approval{}
+	now := h.Now()
 	for _, t := range tasks.Items {
 		var cp genCheckpoint
-		if t.Kind != KindGeneration || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 {
+		if t.Kind != KindGeneration || json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 || expired(t, now) {
 			continue
 		}
 		a, err := h.Approval(ctx, cp.Waiting)
@@ -401,6 +405,11 @@ func (h *Harness) PendingApprovals(ctx context.Context) ([]Approval, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// expired reports whether waiting task t's approval is past its expiry.
+func expired(t Task, now time.Time) bool {
+	return t.State == Waiting && t.Deadline != nil && !t.Deadline.After(now)
 }
 
 // waitsOnApproval reports whether t is a run waiting on an approval (a

@@ -407,3 +407,27 @@ func TestDecisionBeforeExpiryClearsIt(t *testing.T) {
 		t.Fatalf("nothing should be due after a decided approval: %v", next)
 	}
 }
+
+// Past its expiry an approval cannot be decided, even before the harness
+// has looked and recorded the expiry: it is no longer pending either.
+func TestNoDecisionPastTheExpiry(t *testing.T) {
+	var runs atomic.Int32
+	clock := &fakeClock{now: time.Now().UTC()}
+	e := newEnv(t, durable.Options{Policy: &askPolicy{}, Tools: []durable.Tool{countingTool("poke", &runs)},
+		ApprovalTTL: time.Minute, Now: clock.Now})
+	e.settle(1, durable.Input{Text: `call poke {"x":1}`})
+	a := e.pending()[0]
+	clock.jump(time.Minute)
+	if _, err := e.h.Decide(ctx, a.ID, durable.AllowOnce, "", durable.Writes{}); !errors.Is(err, durable.ErrDecided) {
+		t.Fatalf("a decision at the expiry: %v", err)
+	}
+	if p := e.pending(); len(p) != 0 {
+		t.Fatalf("pending past its expiry: %+v", p)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(kinds(e.entries(1)), "approval_decision,tool_result,assistant_message")
+	})
+	if runs.Load() != 0 {
+		t.Fatal("the tool ran")
+	}
+}

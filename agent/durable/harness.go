@@ -330,7 +330,7 @@ func (h *Harness) ready(t Task, now time.Time) bool {
 	case Sleeping:
 		return t.Deadline == nil || !t.Deadline.After(now)
 	case Waiting: // a deadline while waiting is when the wait expires
-		return t.Deadline != nil && !t.Deadline.After(now)
+		return expired(t, now)
 	}
 	return false
 }

@@ -92,7 +92,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, durable.ErrNotFound):
 		return problem.New(http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
 	case errors.Is(err, durable.ErrDecided):
-		return problem.New(http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already", id))
+		return problem.New(http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already, or it expired", id))
 	case errors.Is(err, policy.ErrNoProposal), errors.Is(err, policy.ErrInvalidRule):
 		return problem.New(http.StatusBadRequest, "no-rule", "allow always and deny always need a rule narrower than the whole tool, and none fits this call; decide it once, or add a rule with POST /rules: "+err.Error())
 	case err != nil:
