@@ -189,6 +189,7 @@ export class Timeline {
       el('pre', { text: pretty(a.arguments) }),
       el('span', { class: 'label', text: `why: ${a.reason}` }),
       el('span', { class: 'label', text: `sha256 ${a.sha256}` }));
+    if (a.expires_at && !decided) card.append(el('span', { class: 'label expires', text: `expires ${new Date(a.expires_at).toLocaleString()} unless you decide` }));
     this.approvals.set(a.id, card);
     if (decided) { this.markDecided(card, decided); return card; }
     const view = this.pending().get(a.id);
@@ -240,13 +241,18 @@ export class Timeline {
     for (const [id, card] of this.approvals) this.offerAlways(card, pending.get(id));
   }
 
+  // markDecided makes a card a read-only record: the owner's decision, or
+  // the expiry the agent recorded when nobody decided in time.
   markDecided(card, d) {
     card.classList.add('decided');
-    const actions = card.querySelector('.actions');
-    if (actions) actions.remove();
+    if (d.decision === 'expired') card.classList.add('expired');
+    for (const gone of card.querySelectorAll('.actions, .expires')) gone.remove();
     if (!card.querySelector('.decision')) {
       const when = d.at ? new Date(d.at).toLocaleString() : '';
-      card.append(el('span', { class: 'decision', text: `decided: ${d.decision}${d.note ? ` (“${d.note}”)` : ''} ${when}` }));
+      const text = d.decision === 'expired'
+        ? `expired: ${d.note || 'no decision in time'}; the call did not run ${when}`
+        : `decided: ${d.decision}${d.note ? ` (“${d.note}”)` : ''} ${when}`;
+      card.append(el('span', { class: 'decision', text }));
     }
   }
 }
