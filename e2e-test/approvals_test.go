@@ -21,6 +21,7 @@ type approvalView struct {
 	SHA256       string          `json:"sha256"`
 	Reason       string          `json:"reason"`
 	RunID        int64           `json:"run_id"`
+	ExpiresAt    time.Time       `json:"expires_at"`
 	ProposedRule struct {
 		Effect string            `json:"effect"`
 		When   map[string]string `json:"when"`
@@ -66,8 +67,9 @@ func pendingApprovals(t *testing.T, user, tok string) []approvalView {
 
 // An approval pending across SIGKILL of the agent, a manager restart and
 // the sandbox sleeping through every idle tier to removal (the e2e stack's
-// 13 s stand for a day; nothing wakes it: an approval is no deadline) is
-// decided afterwards, and the tool runs exactly once. The owner was told.
+// 13 s stand for a day; only its expiry, AFFIDO_APPROVAL_TTL later, would
+// wake it) is decided afterwards, and the tool runs exactly once. The
+// owner was told.
 func TestApprovalOutlivesKillRestartAndRemoval(t *testing.T) {
 	startSink(t)
 	user, tok := reminderUser(t, "appr-wait", "/approval")
@@ -91,8 +93,9 @@ func TestApprovalOutlivesKillRestartAndRemoval(t *testing.T) {
 		t.Fatalf("after a manager restart: %+v", got)
 	}
 	waitStatus(t, user, "missing", 60*time.Second) // paused, stopped, removed: a day in test-clock terms
-	if w := psql(t, "SELECT coalesce(wake_at::text, 'none') || ' ' || coalesce(reported_wake_at::text, 'none') FROM sandboxes WHERE user_id = '"+user+"'"); w != "none none" {
-		t.Fatalf("an approval must not be a wake deadline; registry says %q", w)
+	checkWakeIsExpiry(t, user, a) // the only wake
+	if time.Until(a.ExpiresAt) < 10*time.Second {
+		t.Fatalf("the approval is about to expire (%v): raise the stack's AFFIDO_APPROVAL_TTL", a.ExpiresAt)
 	}
 	if r := request(t, "GET", "/u/"+user+"/file?path=once.txt", bearer(tok)); r.Code != 404 {
 		t.Fatalf("the command ran before the decision: %d %s", r.Code, r.Body)

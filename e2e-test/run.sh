@@ -24,6 +24,9 @@ export AFFIDO_E2E_SINK_IP=10.212.1.50
 export AFFIDO_OUTBOUND_ALLOW=$AFFIDO_E2E_SINK_IP/32
 # Limits small enough for the attack suite to reach quickly.
 export AFFIDO_NOTIFY_QUEUE_MAX=3 AFFIDO_BODY_TIMEOUT=3s
+# Approvals expire after 3 minutes: long enough for every suite that decides
+# one, short enough for the expiry suite to wait for it.
+export AFFIDO_APPROVAL_TTL=3m
 # A model without a price, which the gateway must refuse.
 export AFFIDO_FAKE_MODELS=fake/echo,fake/alt,fake/unpriced
 export AFFIDO_E2E_URL=http://127.0.0.1:$AFFIDO_PORT
