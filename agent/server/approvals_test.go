@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/affido/affido/agent/server"
 )
 
 func (a *agent) waitingApproval(m map[string]any) (id string, view map[string]any) {
@@ -600,5 +602,48 @@ func TestEventsStreamDeltasBeforeTheEntry(t *testing.T) {
 	}
 	if deltas != 0 {
 		t.Fatalf("a reply under citations required streamed %d deltas before the gate", deltas)
+	}
+}
+
+// An approval the owner leaves past its expiry is refused as expired: it
+// leaves GET /approvals, a decision gets 409 like a second one, the model
+// reads why, and the command never runs.
+func TestApprovalExpires(t *testing.T) {
+	a := startAgentWith(t, t.TempDir(), "u", func(c *server.Config) { c.Harness.ApprovalTTL = 2 * time.Second })
+	os.MkdirAll(a.ws, 0o755)
+	m := a.prompt("run: echo ran >> expired.txt")
+	id, view := a.waitingApproval(m)
+	asked, _ := time.Parse(time.RFC3339Nano, view["asked_at"].(string))
+	expires, _ := time.Parse(time.RFC3339Nano, view["expires_at"].(string))
+	if expires.Sub(asked) != 2*time.Second {
+		t.Fatalf("asked %v, expires %v: want 2 s later", asked, expires)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, list := a.do("GET", "/approvals", "")
+		if len(list["approvals"].([]any)) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still pending 10 s after asking: %v", list)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, p := a.do("POST", "/approvals/"+id, `{"decision":"allow_once"}`)
+	if code != 409 || !strings.Contains(p["detail"].(string), "expired") {
+		t.Fatalf("a decision after the expiry: %d %v", code, p)
+	}
+	for time.Now().Before(deadline) {
+		if _, in := a.do("GET", "/inspect", ""); strings.Contains(fmt.Sprint(in["entries"]), "[expired]") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, in := a.do("GET", "/inspect", "")
+	if s := fmt.Sprint(in["entries"]); !strings.Contains(s, "decision:expired") || !strings.Contains(s, "[expired] The approval for this call of shell expired") {
+		t.Fatalf("the trace does not say the approval expired: %s", s)
+	}
+	if lines(t, filepath.Join(a.ws, "expired.txt")) != 0 {
+		t.Fatal("the expired command ran")
 	}
 }
