@@ -93,7 +93,7 @@ func TestApprovalOutlivesKillRestartAndRemoval(t *testing.T) {
 		t.Fatalf("after a manager restart: %+v", got)
 	}
 	waitStatus(t, user, "missing", 60*time.Second) // paused, stopped, removed: a day in test-clock terms
-	checkWakeIsExpiry(t, user, a) // the only wake
+	checkWakeIsExpiry(t, user, a)                  // the only wake
 	if time.Until(a.ExpiresAt) < 10*time.Second {
 		t.Fatalf("the approval is about to expire (%v): raise the stack's AFFIDO_APPROVAL_TTL", a.ExpiresAt)
 	}

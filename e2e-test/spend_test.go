@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,61 @@ func TestSpendLimits(t *testing.T) {
 		`{"model":"fake/unpriced","messages":[{"role":"user","content":"x"}]}`, token)
 	if !strings.HasPrefix(out2, "400") || !strings.Contains(out2, "unpriced_model") {
 		t.Fatalf("unpriced model: %s", out2)
+	}
+}
+
+// A sandbox looping fetch_url straight at the gateway (with its own token,
+// from inside it, past its agent's rules) against the real ledger: it is
+// stopped by the spend limit (402 spend-limit) and then by the rate (429
+// web-rate-limit, shared with web_search); every call that went out is
+// charged at AFFIDO_PRICE_FETCH and settled, next to the model calls.
+func TestWebCallsChargedAndLimited(t *testing.T) {
+	startSink(t)
+	user, tok := newUser(t, "webspend")
+	keepAwake(t, user, tok)
+	token, base := sandboxGateway(t, user)
+	page := `{"url":"http://` + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + `:9999/page/one"}`
+	loop := func(n int, path, body string) (answers []string) {
+		out := docker(t, "run", "--rm", "--network", "container:"+stack+"-"+user+"-agent", "affido/probe:test",
+			"-postn", strconv.Itoa(n), base+path, body, token)
+		return strings.Split(strings.TrimSpace(out), "\n")
+	}
+	count := func(answers []string, prefix, suffix string) (n int) {
+		for _, a := range answers {
+			if strings.HasPrefix(a, prefix) && strings.HasSuffix(a, suffix) {
+				n++
+			}
+		}
+		return n
+	}
+
+	// $0.0035 a day fits three fetches at $0.001.
+	docker(t, "exec", managerName(), "/bin/affido", "admin", "spend", user, "--daily", "0.0035")
+	got := loop(5, "fetch", page)
+	if len(got) != 5 || count(got[:3], "200", "") != 3 || count(got[3:], "402 ", "/spend-limit") != 2 {
+		t.Fatalf("5 fetches against a limit that fits 3: %q", got)
+	}
+	day := time.Now().UTC().Format("2006-01-02")
+	if n := psql(t, "SELECT count(*) FROM notifications WHERE user_id = '"+user+"' AND key = 'spend-limit-"+day+"'"); n != "1" {
+		t.Errorf("spend-limit notifications: %s, want 1", n)
+	}
+
+	// Room again: the rate stops the loop. The five calls above counted
+	// (they passed the rate), so 25 of the next 40 go and 15 are refused.
+	docker(t, "exec", managerName(), "/bin/affido", "admin", "spend", user, "--daily", "5")
+	got = loop(40, "fetch", page)
+	if len(got) != 40 || count(got[:25], "200", "") != 25 || count(got[25:], "429 ", "/web-rate-limit") != 15 {
+		t.Fatalf("40 fetches with 25 left in the minute: %q", got)
+	}
+	if got := loop(1, "search", `{"query":"q"}`); count(got, "429 ", "/web-rate-limit") != 1 {
+		t.Fatalf("a search in the same minute: %q", got)
+	}
+
+	ledger := psql(t, "SELECT count(*) || ' ' || coalesce(sum(cost_micros), 0) || ' ' || bool_and(settled) FROM spend WHERE user_id = '"+user+"' AND model = 'fetch_url'")
+	if ledger != "28 28000 true" {
+		t.Fatalf("ledger %q: want 28 fetches settled at $0.001 each", ledger)
+	}
+	if rep := request(t, "GET", "/api/spend", bearer(tok)); rep.Code != 200 || !strings.Contains(rep.Body, `"fetch_url"`) {
+		t.Fatalf("GET /api/spend: %d %s", rep.Code, rep.Body)
 	}
 }

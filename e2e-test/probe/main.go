@@ -4,6 +4,9 @@
 //	probe ADDR...           try a TCP connection to each; print "ADDR open" or "ADDR closed <why>"
 //	probe -get URL [TOKEN]  GET URL (with a bearer token); print the status code and body
 //	probe -post URL BODY [TOKEN]  POST BODY (as JSON, with a bearer token) to URL; print the status code and body
+//	probe -postn N URL BODY TOKEN
+//	                        POST BODY N times, one after another; print a line per answer:
+//	                        the status code and the problem type, if any
 //	probe -gets URL TOKEN [URL TOKEN]...
 //	                        GET each URL with its bearer TOKEN, in turn, from this one
 //	                        address; print the status codes
@@ -27,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -104,6 +108,30 @@ func show(req *http.Request, err error) {
 	fmt.Printf("%d %s", resp.StatusCode, b)
 }
 
+// postN posts body to url n times, one after another, and prints one line
+// per answer: its status and, for a problem, its type.
+func postN(count, url, body, token string) {
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	for range n {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+		if err != nil {
+			fmt.Println("error")
+			continue
+		}
+		var p struct{ Type string }
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, p.Type)
+	}
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "-routes" {
 		b, err := os.ReadFile("/proc/net/route")
@@ -137,6 +165,10 @@ func main() {
 			}
 		}
 		show(req, err)
+		return
+	}
+	if len(os.Args) > 5 && os.Args[1] == "-postn" { // -postn N URL BODY TOKEN: N POSTs one after another
+		postN(os.Args[2], os.Args[3], os.Args[4], os.Args[5])
 		return
 	}
 	if len(os.Args) > 7 && os.Args[1] == "-chatn" {

@@ -3,9 +3,11 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/config"
+	"github.com/affido/affido/manager/spend"
 )
 
 // The Kubernetes runtime needs the hash of Caddy's caller key: without it,
@@ -46,5 +48,35 @@ func TestControlKeyIsRequired(t *testing.T) {
 	t.Setenv(sandboxapi.EnvControlKey, strings.Repeat("k", sandboxapi.MinControlKeyLen))
 	if _, err := config.Load(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Approvals expire after a week unless AFFIDO_APPROVAL_TTL says otherwise;
+// web calls are priced and rate limited by default. Tried: a TTL of zero,
+// a negative one, a word; a negative price; a rate that is no number.
+func TestApprovalTTLAndWebSpend(t *testing.T) {
+	t.Setenv(sandboxapi.EnvControlKey, strings.Repeat("k", sandboxapi.MinControlKeyLen))
+	c, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ApprovalTTL != 168*time.Hour || c.WebPrices != (spend.WebPrices{Search: spend.USD(0.005), Fetch: spend.USD(0.001)}) || c.WebPerMinute != 30 {
+		t.Fatalf("defaults: ttl %v, prices %+v, per minute %d", c.ApprovalTTL, c.WebPrices, c.WebPerMinute)
+	}
+	for _, bad := range []struct{ key, value string }{
+		{sandboxapi.EnvApprovalTTL, "0s"}, {sandboxapi.EnvApprovalTTL, "-1h"}, {sandboxapi.EnvApprovalTTL, "a week"},
+		{"AFFIDO_PRICE_FETCH", "-0.01"}, {"AFFIDO_PRICE_WEB_SEARCH", "free"}, {"AFFIDO_WEB_PER_MINUTE", "lots"},
+	} {
+		t.Run(bad.key+"="+bad.value, func(t *testing.T) {
+			t.Setenv(bad.key, bad.value)
+			if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), bad.key) {
+				t.Fatalf("%v, want an error naming %s", err, bad.key)
+			}
+		})
+	}
+	t.Setenv(sandboxapi.EnvApprovalTTL, "90s")
+	t.Setenv("AFFIDO_PRICE_WEB_SEARCH", "0.009")
+	if c, err = config.Load(); err != nil || c.ApprovalTTL != 90*time.Second || c.WebPrices.Search != 9000 {
+		t.Fatalf("%v: ttl %v, search price %d", err, c.ApprovalTTL, c.WebPrices.Search)
 	}
 }
