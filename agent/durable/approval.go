@@ -442,10 +442,11 @@ func (h *Harness) WaitingFor(ctx context.Context, sub Submission) (*Approval, er
 	if err != nil {
 		return nil, err
 	}
+	now := h.Now()
 	for _, t := range waiting.Items { // oldest first
 		var cp genCheckpoint
 		if t.Kind != KindGeneration || t.ConversationID != sub.ConversationID || t.ID > sub.TaskID ||
-			json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 {
+			json.Unmarshal(t.Checkpoint, &cp) != nil || cp.Waiting == 0 || expired(t, now) { // an expired one runs on at once
 			continue
 		}
 		a, err := h.Approval(ctx, cp.Waiting)
