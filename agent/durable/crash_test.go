@@ -32,13 +32,15 @@ import (
 // Child side. Env: CRASH_DIR (db, markers, runs log), CRASH_INPUTS (comma
 // separated), CRASH_LATE (inputs submitted after recovery has started),
 // CRASH_PAUSE (ms each slow operation takes), CRASH_COMMIT_STALL (stall
-// inside the Nth commit).
+// inside the Nth commit), CRASH_APPROVAL_TTL (ms: ask_tool asks the owner,
+// and its approval expires after that long).
 //
 // The workload's inputs are "KIND TAG": safe (a replay-safe tool), unsafe
 // (a tool that must not rerun), stream (a slow model reply), retry (a model
 // error that is retried after a stored sleep), remind (a tool that creates
 // a background sleeping task, which writes "alarm TAG" when due), big (a
 // tool whose 8 MiB result makes a commit SQLite takes a while to write), and
+// ask (a call that waits for the owner until its approval expires), and
 // anything else (an echo).
 
 // crashOpen opens the database of the crash suite: the same kind of opener
@@ -56,6 +58,17 @@ func mustCrashOpen(t *testing.T, path string) durable.DB {
 
 // bigOutput is the big tool's result.
 var bigOutput = strings.Repeat("0123456789abcdef", 8<<20/16)
+
+// crashAsk asks the owner about every call of ask_tool; nobody answers in
+// the crash suite, so each such approval expires (CRASH_APPROVAL_TTL).
+type crashAsk struct{}
+
+func (crashAsk) Check(_ context.Context, q durable.PolicyQuery) (durable.Verdict, error) {
+	if q.Call.Name == "ask_tool" {
+		return durable.Verdict{Effect: durable.Ask, Reason: "nobody will answer"}, nil
+	}
+	return durable.Verdict{Effect: durable.Allow}, nil
+}
 
 // crashAlarm is the task a remind call leaves behind.
 type crashAlarm struct{}
@@ -183,7 +196,7 @@ func TestCrashChild(t *testing.T) {
 			return durable.ModelResponse{Text: "done " + tag + ": " + toolResult}, nil
 		}
 		switch kind {
-		case "safe", "unsafe", "remind", "big":
+		case "safe", "unsafe", "remind", "big", "ask":
 			return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "call-" + tag, Name: kind + "_tool", Arguments: json.RawMessage(`{"tag":"` + tag + `"}`)}}}, nil
 		case "stream":
 			mark(dir, "stream")
@@ -208,10 +221,15 @@ func TestCrashChild(t *testing.T) {
 		mark(dir, "big-result")
 		return durable.ToolResult{Output: bigOutput}, nil
 	}}
-	h, err := durable.Open(ctx, store, durable.Options{Model: model, DefaultModel: "test",
-		Tools: []durable.Tool{tool("safe_tool", true), tool("unsafe_tool", false), remind, big},
+	opts := durable.Options{Model: model, DefaultModel: "test",
+		Tools: []durable.Tool{tool("safe_tool", true), tool("unsafe_tool", false), tool("ask_tool", false), remind, big},
 		Kinds: map[string]durable.TaskKind{"crash-alarm": crashAlarm{}},
-		Retry: durable.RetryPolicy{Base: 3 * pause, Cap: time.Second}})
+		Retry: durable.RetryPolicy{Base: 3 * pause, Cap: time.Second}}
+	if ttl := os.Getenv("CRASH_APPROVAL_TTL"); ttl != "" {
+		opts.Policy = crashAsk{}
+		opts.ApprovalTTL, _ = time.ParseDuration(ttl + "ms")
+	}
+	h, err := durable.Open(ctx, store, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,12 +285,13 @@ type child struct {
 	inputs []string
 	late   []string // submitted by the recovery run, while it recovers the rest
 	pause  int
+	env    []string // more environment for every run of the child
 }
 
 func (c child) cmd(extra ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "CRASH_DIR="+c.dir, "CRASH_INPUTS="+strings.Join(c.inputs, ","), fmt.Sprint("CRASH_PAUSE=", c.pause))
-	cmd.Env = append(cmd.Env, extra...)
+	cmd.Env = append(append(cmd.Env, c.env...), extra...)
 	return cmd
 }
 
@@ -696,4 +715,71 @@ func TestCrashAtRandomPoints(t *testing.T) {
 		t.Fatalf("only %d kill points within the time budget", done)
 	}
 	t.Logf("%d random kill points after submission over %d databases", done, dbs)
+}
+
+// An approval nobody decides expires exactly once, whichever commit a
+// SIGKILL comes right after (the ask, the expiry's, the answer's) and
+// however long the process was gone: the run records one expiry, the model
+// reads one refusal and answers once, and the tool never runs.
+func TestCrashApprovalExpiresOnce(t *testing.T) {
+	killed := 0
+	for n := 1; n <= 30; n++ {
+		c := child{dir: t.TempDir(), inputs: []string{"ask a"}, pause: 10, env: []string{"CRASH_APPROVAL_TTL=300"}}
+		cmd, done, finished := startUntil(t, c, "after-commit", time.Millisecond, fmt.Sprint("CRASH_AFTER_COMMIT=", n))
+		if !finished {
+			kill(cmd, done)
+			killed++
+			finish(t, c)
+		}
+		checkExpiredOnce(t, c, n)
+		if finished {
+			break
+		}
+	}
+	if killed < 6 {
+		t.Fatalf("killed after only %d commits: the workload should make more", killed)
+	}
+	t.Logf("killed right after each of the first %d commits", killed)
+}
+
+func checkExpiredOnce(t *testing.T, c child, n int) {
+	t.Helper()
+	for _, line := range runLines(c.dir) {
+		if strings.HasPrefix(line, "ask_tool") {
+			t.Errorf("kill after commit %d: the tool of an expired approval ran: %q", n, line)
+		}
+	}
+	s, err := durable.OpenStore(ctx, mustCrashOpen(t, filepath.Join(c.dir, "session.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, e := range p.Items {
+		k := string(e.Kind)
+		switch e.Kind {
+		case durable.DecisionEntry:
+			var d durable.Decision
+			_ = json.Unmarshal(e.Data, &d)
+			k += ":" + d.Decision
+		case durable.ToolResultEntry:
+			k += ":" + strings.Fields(e.Text)[0]
+		}
+		count[k]++
+	}
+	want := map[string]int{"owner_message": 1, "assistant_message": 2, "approval": 1, "approval_decision:expired": 1, "tool_result:[expired]": 1}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("kill after commit %d: entries %v, want %v", n, count, want)
+	}
+	sub, err := s.SubmissionByRequest(ctx, 1, "r0")
+	if err != nil || sub.Status != durable.Done {
+		t.Errorf("kill after commit %d: submission %+v %v", n, sub, err)
+	}
+	if live, _ := s.LiveTasks(ctx); len(live) != 0 {
+		t.Errorf("kill after commit %d: %d tasks still live", n, len(live))
+	}
 }
