@@ -326,8 +326,8 @@ func approvalNotice(agent string, a durable.Approval, proposal *policy.Rule, use
 	if len(always) > 600 {
 		always = strings.ToValidUTF8(always[:600], "") + "…"
 	}
-	text := fmt.Sprintf("Your agent %s waits for your decision on approval %d: %s %s (sha256 %s). Why: %s. %s. Decide with POST %s/%d.",
-		agent, a.ID, a.Tool, args, a.SHA256, a.Reason, always, route, a.ID)
+	text := fmt.Sprintf("Your agent %s waits for your decision on approval %d: %s %s (sha256 %s). Why: %s. %s. Decide with POST %s/%d before %s, when it expires and the call is refused.",
+		agent, a.ID, a.Tool, args, a.SHA256, a.Reason, always, route, a.ID, a.ExpiresAt.Format(time.RFC3339))
 	if len(text) > 3900 { // the gateway takes notifications of at most 4000 bytes
 		text = strings.ToValidUTF8(text[:3900], "") + "…"
 	}

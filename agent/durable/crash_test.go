@@ -447,6 +447,22 @@ func runLines(dir string) []string {
 	return out
 }
 
+// recovered opens the child's store after its runs, with the entries of
+// its conversation; the caller closes the store.
+func recovered(t *testing.T, c child) (*durable.Store, durable.Page[durable.Entry]) {
+	t.Helper()
+	s, err := durable.OpenStore(ctx, mustCrashOpen(t, filepath.Join(c.dir, "session.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 10000})
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	return s, p
+}
+
 // check verifies the invariants after recovery and returns the answers by
 // tag: every input stored once and answered exactly once, every tool call
 // with exactly one intent and one result (no orphan results), one alarm per
@@ -454,15 +470,8 @@ func runLines(dir string) []string {
 // each tool result once, and nothing left live.
 func check(t *testing.T, c child) map[string]string {
 	t.Helper()
-	s, err := durable.OpenStore(ctx, mustCrashOpen(t, filepath.Join(c.dir, "session.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, p := recovered(t, c)
 	defer s.Close()
-	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 10000})
-	if err != nil {
-		t.Fatal(err)
-	}
 	owner := map[string]int{}
 	intents := map[string]int{}
 	results := map[string]int{}
@@ -749,15 +758,8 @@ func checkExpiredOnce(t *testing.T, c child, n int) {
 			t.Errorf("kill after commit %d: the tool of an expired approval ran: %q", n, line)
 		}
 	}
-	s, err := durable.OpenStore(ctx, mustCrashOpen(t, filepath.Join(c.dir, "session.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, p := recovered(t, c)
 	defer s.Close()
-	p, err := s.Entries(ctx, 1, durable.Scan{Limit: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
 	count := map[string]int{}
 	for _, e := range p.Items {
 		k := string(e.Kind)
