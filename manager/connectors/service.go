@@ -24,7 +24,8 @@ type Notice struct {
 	Connector   Connector
 	Tool        string
 	Text        string
-	// Key is the same for the same change, so a repeated notice is one.
+	// Key is the same for the same change, so a repeated notice is one
+	// (connector id, tool, the new definition's hash).
 	Key string
 }
 
@@ -188,7 +189,7 @@ func (s *Service) notice(ctx context.Context, c Connector, t Tool) {
 	if s.Notify == nil {
 		return
 	}
-	s.Notify(ctx, Notice{User: c.User, Agent: c.Agent, Connector: c, Tool: t.Name, Key: "connector-" + t.Hash[:16] + "-" + fmt.Sprint(c.ID),
+	s.Notify(ctx, Notice{User: c.User, Agent: c.Agent, Connector: c, Tool: t.Name, Key: fmt.Sprintf("%d-%s-%s", c.ID, t.Name, t.Hash[:16]),
 		Text: fmt.Sprintf("The tool %s of connector %s (agent %s) changed on its server (its name, description or input schema), so it is off until you set it again.",
 			t.Name, c.Name, c.Agent)})
 }
