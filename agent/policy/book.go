@@ -89,7 +89,7 @@ func (b *Book) Defaults() map[string]durable.Effect {
 }
 
 func defaultEffect(t durable.Tool) durable.Effect {
-	if t.ReadOnly {
+	if t.ReadOnly || t.Preapproved {
 		return durable.Allow
 	}
 	return durable.Ask
@@ -334,6 +334,9 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 		}
 	} else {
 		v = durable.Verdict{Effect: defaultEffect(q.Tool), Reason: q.Tool.Name + " asks by default: no rule of the owner's allows this call"}
+		if q.Tool.Preapproved {
+			v.Reason = q.Tool.Name + " is allowed in its connector's settings"
+		}
 	}
 	if v.Effect == durable.Allow && q.Tool.AlwaysAsk {
 		v = durable.Verdict{Effect: durable.Ask, Reason: q.Tool.Name + " always asks the owner: no rule can allow it"}

@@ -111,7 +111,11 @@ func newAgent(t *testing.T) *agent { return startAgent(t, t.TempDir(), "u") }
 
 // startAgent starts an agent on dir, claimed by user unless it is empty (an
 // agent already claimed in dir stays so).
-func startAgent(t *testing.T, dir, user string) *agent {
+func startAgent(t *testing.T, dir, user string) *agent { return startAgentWith(t, dir, user, nil) }
+
+// startAgentWith is startAgent with the owner's agents' tools that come and
+// go (their connectors), if agentTools is not nil.
+func startAgentWith(t *testing.T, dir, user string, agentTools func(string) func(context.Context) ([]durable.Tool, error)) *agent {
 	a := &agent{t: t, dir: dir, held: make(chan struct{}, 1), reading: make(chan struct{}, 1)}
 	a.ws = filepath.Join(a.dir, "workspace")
 	a.db = filepath.Join(a.dir, "data", "session.db")
@@ -124,9 +128,9 @@ func startAgent(t *testing.T, dir, user string) *agent {
 	builtin = append(append(builtin, reminders.Tools()...), jobs.Tools()...)
 	notify := func(context.Context, gatewayapi.Notification) error { return nil }
 	a.srv = server.New(server.Config{Identity: a.id, SessionDB: a.db, Workspace: a.ws, Model: model, DefaultModel: "fake/echo", Models: model.Models,
-		WorkerTools: tools.WebTools(model),
-		Harness:     durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}, jobs.Kind: jobs.Task{}}},
-		Log:         slog.New(slog.NewTextHandler(io.Discard, nil))})
+		WorkerTools: tools.WebTools(model), AgentTools: agentTools,
+		Harness: durable.Options{Tools: builtin, Redact: red.Redact, Kinds: map[string]durable.TaskKind{reminders.Kind: reminders.Task{Notify: notify}, jobs.Kind: jobs.Task{}}},
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil))})
 	h := a.srv.Handler()
 	a.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = &signalBody{ReadCloser: r.Body, c: a.reading}
