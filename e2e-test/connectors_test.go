@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // mcpSecret is the test MCP server's header secret (e2e-test/probe/mcp.go).
@@ -195,4 +197,43 @@ func TestConnectorEndToEnd(t *testing.T) {
 	if r := prompt(t, user, tok, map[string]any{"text": "mcp mcp__test__hang"}); !strings.Contains(r.Reply, "unknown tool") {
 		t.Fatalf("after remove: %+v", r)
 	}
+}
+
+// The web client shows and edits connectors: add one with a secret (never
+// shown back, not even in the page's markup), set a tool's mode, see it
+// stored, remove it; the layout holds at 390 px.
+func TestWebConnectorsInABrowser(t *testing.T) {
+	startSink(t)
+	user, password, tok := webUser(t, "webmcp")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+	mcpURL := "http://" + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + ":9998/mcp"
+	run(t, ctx, "settings", chromedp.Navigate(baseURL+"/app/#/settings"))
+	until(t, ctx, "the connectors section, empty", `document.querySelector('#connector-agent')?.textContent === 'main' && document.querySelector('#connector-list li.muted') !== null`)
+	run(t, ctx, "add a connector",
+		chromedp.SetValue(chromedp.ID("connector-name"), "test"),
+		chromedp.SetValue(chromedp.ID("connector-url"), mcpURL),
+		chromedp.SetValue(chromedp.ID("connector-header"), "X-Mcp-Key"),
+		chromedp.SetValue(chromedp.ID("connector-secret"), mcpSecret),
+		chromedp.Click(chromedp.CSS(`#connector-form button[type="submit"]`)))
+	until(t, ctx, "its four tools listed, all off", `document.querySelectorAll('#connector-list li[data-tool] select').length === 4 && [...document.querySelectorAll('#connector-list li[data-tool] select')].every(s => s.value === 'off')`)
+	if page := evalString(t, ctx, `document.documentElement.outerHTML + document.getElementById('connector-secret').value`); strings.Contains(page, mcpSecret) {
+		t.Fatal("the page shows the secret")
+	}
+	if !strings.Contains(evalString(t, ctx, `document.querySelector('#connector-list li.connector').textContent`), "a secret is set (header X-Mcp-Key)") {
+		t.Fatal("the page does not say a secret is set")
+	}
+	evalString(t, ctx, `(() => { const s = document.querySelector('#connector-list li[data-tool="echo"] select'); s.value = 'allow'; s.dispatchEvent(new Event('change')); return 'ok'; })()`)
+	until(t, ctx, "echo allowed, as stored", `document.getElementById('status-line').textContent.includes('echo: allow') && document.querySelector('#connector-list li[data-tool="echo"] select').value === 'allow'`)
+	code, body := owner(t, tok, "GET", "/api/connectors?agent=main", "")
+	if code != 200 || !strings.Contains(body, `"mode":"allow"`) {
+		t.Fatalf("stored: %d %s", code, body)
+	}
+	if r := prompt(t, user, tok, map[string]any{"text": `mcp mcp__test__echo {"text":"from the page"}`}); !strings.Contains(r.Reply, "from the page") {
+		t.Fatalf("the tool the page allowed: %+v", r)
+	}
+	screenshots(t, ctx, "connectors")
+	run(t, ctx, "remove it", chromedp.Click(chromedp.CSS(`#connector-list li.connector > .inline button:last-child`)))
+	until(t, ctx, "no connectors", `document.querySelector('#connector-list li.connector') === null`)
 }
