@@ -69,6 +69,10 @@ const (
 // agentName is the agent's own rule for names (agent/agents.ValidName).
 var agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 
+// ValidAgentName reports whether name is an agent's name by the agent's
+// rule, for the manager, which cannot import the agent's packages.
+func ValidAgentName(name string) bool { return agentName.MatchString(name) }
+
 // Valid reports whether n is within its bounds.
 func (n Notification) Valid() bool {
 	switch n.Kind {

@@ -20,6 +20,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/affido/affido/internal/gatewayapi"
 )
 
 // Mode is what the owner lets an agent do with one tool.
@@ -122,7 +124,7 @@ var (
 )
 
 var (
-	// nameRule is a connector's name and an agent's name (agent/agents).
+	// nameRule is a connector's name (the rule of an agent's name, too).
 	nameRule = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	// toolRule is a tool name a model can be offered inside ToolName.
 	toolRule = regexp.MustCompile(`^[A-Za-z0-9_-]{1,48}$`)
@@ -154,7 +156,7 @@ func SplitToolName(name string) (connector, tool string, ok bool) {
 }
 
 // ValidAgent reports whether agent is an agent's name.
-func ValidAgent(agent string) bool { return nameRule.MatchString(agent) }
+func ValidAgent(agent string) bool { return gatewayapi.ValidAgentName(agent) }
 
 // Limits of what an owner sends.
 const (
@@ -187,7 +189,7 @@ func (n NewConnector) Check() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)
 	}
 	switch {
-	case !nameRule.MatchString(n.Agent):
+	case !ValidAgent(n.Agent):
 		return bad("agent must be an agent's name (a-z, 0-9, -; 1 to 32, starting with a letter)")
 	case !nameRule.MatchString(n.Name):
 		return bad("name is a-z, 0-9 and -, 1 to 32, starting with a letter")

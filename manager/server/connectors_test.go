@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
@@ -78,20 +77,8 @@ var alice = sandbox("sb-alice", "10.213.0.2")
 // raw does a call and returns the status and the body as text.
 func raw(t *testing.T, srv *httptest.Server, c call) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
-	if c.body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range c.hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	resp, body := doRaw(t, srv, c)
+	return resp.StatusCode, string(body)
 }
 
 func (e *connectorEnv) add(t *testing.T) int64 {
