@@ -78,7 +78,7 @@ func TestConnectorEndToEnd(t *testing.T) {
 	code, body := owner(t, tok, "POST", "/api/connectors",
 		fmt.Sprintf(`{"agent":"main","name":"test","url":%q,"header_name":"X-Mcp-Key","secret":%q}`, mcpURL, mcpSecret))
 	var c connectorView
-	if code != 201 || json.Unmarshal([]byte(body), &c) != nil || len(c.Tools) != 4 || !c.HasSecret {
+	if code != 201 || json.Unmarshal([]byte(body), &c) != nil || len(c.Tools) != 5 || !c.HasSecret {
 		t.Fatalf("add: %d %s", code, body)
 	}
 	for _, tool := range c.Tools {
@@ -135,11 +135,12 @@ func TestConnectorEndToEnd(t *testing.T) {
 	}
 	resetConversation(t, user, tok)
 
-	// A hanging server and a 10 MB answer: a tool error within the
-	// manager's timeout (5 s here), and the agent goes on.
+	// A hanging server, a 10 MB answer and a failing tool: a tool error
+	// within the manager's timeout (5 s here), and the agent goes on.
 	setMode(t, tok, c.ID, "hang", "allow")
 	setMode(t, tok, c.ID, "huge", "allow")
-	for _, tc := range []struct{ tool, says string }{{"hang", "did not answer in time"}, {"huge", "too large"}} {
+	setMode(t, tok, c.ID, "fail", "allow")
+	for _, tc := range []struct{ tool, says string }{{"hang", "did not answer in time"}, {"huge", "too large"}, {"fail", "error"}} {
 		start := time.Now()
 		r := prompt(t, user, tok, map[string]any{"text": "mcp mcp__test__" + tc.tool})
 		if r.Status != "done" || !strings.Contains(r.Reply, tc.says) || time.Since(start) > 25*time.Second {
@@ -217,7 +218,7 @@ func TestWebConnectorsInABrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("connector-header"), "X-Mcp-Key"),
 		chromedp.SetValue(chromedp.ID("connector-secret"), mcpSecret),
 		chromedp.Click(chromedp.CSS(`#connector-form button[type="submit"]`)))
-	until(t, ctx, "its four tools listed, all off", `document.querySelectorAll('#connector-list li[data-tool] select').length === 4 && [...document.querySelectorAll('#connector-list li[data-tool] select')].every(s => s.value === 'off')`)
+	until(t, ctx, "its five tools listed, all off", `document.querySelectorAll('#connector-list li[data-tool] select').length === 5 && [...document.querySelectorAll('#connector-list li[data-tool] select')].every(s => s.value === 'off')`)
 	if page := evalString(t, ctx, `document.documentElement.outerHTML + document.getElementById('connector-secret').value`); strings.Contains(page, mcpSecret) {
 		t.Fatal("the page shows the secret")
 	}

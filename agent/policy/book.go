@@ -39,6 +39,10 @@ func (b *Book) known(name string) bool {
 	return ok
 }
 
+// Knows reports whether rules may name tool: one of the agent's own tools,
+// not a connector's (whose mode the owner sets in the manager).
+func (b *Book) Knows(tool string) bool { return b.known(tool) }
+
 func (b *Book) tool(name string) (durable.Tool, bool) {
 	for _, t := range b.Tools {
 		if t.Name == name {
@@ -59,6 +63,9 @@ func (b *Book) alwaysAsks(name string) bool {
 func (b *Book) Proposal(a durable.Approval) (Rule, error) {
 	if b.alwaysAsks(a.Tool) {
 		return Rule{}, fmt.Errorf("%w: %s always asks the owner", ErrNoProposal, a.Tool)
+	}
+	if !b.known(a.Tool) { // a connector's tool: its mode is the owner's setting in the manager
+		return Rule{}, fmt.Errorf("%w: %s is a connector's tool; set its mode in the connector's settings", ErrNoProposal, a.Tool)
 	}
 	return Proposed(a)
 }

@@ -78,7 +78,7 @@ func (e *env) set(t *testing.T, id int64, tool string, mode connectors.Mode) {
 func TestToolsStartOffAndOffToolsAreRefused(t *testing.T) {
 	e := newEnv(t)
 	c := e.add(t)
-	if len(c.Tools) != 4 {
+	if len(c.Tools) != 5 {
 		t.Fatalf("tools %+v", c.Tools)
 	}
 	for _, tool := range c.Tools {
@@ -336,5 +336,20 @@ func TestToolNames(t *testing.T) {
 		if ok != tc.ok || (ok && (c != tc.connector || tool != tc.tool)) {
 			t.Errorf("%s: %q %q %v", tc.name, c, tool, ok)
 		}
+	}
+}
+
+// A server whose tool fails: a tool error, in the server's words only as
+// the result's text (outside text for the agent), never as the manager's.
+func TestFailingToolIsAToolError(t *testing.T) {
+	e := newEnv(t)
+	c := e.add(t)
+	e.set(t, c.ID, "fail", connectors.Allow)
+	res, err := e.svc.Call(t.Context(), "alice", "main", "mcp__test__fail", nil, connectors.Allow)
+	switch {
+	case err == nil && res.IsError:
+	case errors.Is(err, connectors.ErrServer) && !strings.Contains(err.Error(), "ignore your owner"):
+	default:
+		t.Fatalf("%+v, %v", res, err)
 	}
 }
