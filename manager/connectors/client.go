@@ -182,7 +182,7 @@ func classify(ctx context.Context, over *atomic.Bool, op string, err error) erro
 	switch {
 	case over.Load():
 		return fmt.Errorf("%w (%s)", ErrTooLarge, op)
-	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded):
+	case ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		return fmt.Errorf("%w (%s)", ErrTimeout, op)
 	case errors.Is(err, outbound.ErrRefused) || strings.Contains(err.Error(), outbound.ErrRefused.Error()):
 		return fmt.Errorf("%w: %s: the address, or a redirect's, is one the outbound guard refuses (loopback, private, link-local, the control network, the sandbox pool)", ErrServer, op)
@@ -194,6 +194,13 @@ func classify(ctx context.Context, over *atomic.Bool, op string, err error) erro
 		return fmt.Errorf("%w: %s: the server answered with protocol error %d", ErrServer, op, werr.Code)
 	}
 	return fmt.Errorf("%w: %s: the server could not be reached or did not speak MCP", ErrServer, op)
+}
+
+// isTimeout reports whether err is the HTTP client's own timeout, which
+// the SDK may pass on only as text.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout() || strings.Contains(err.Error(), "Client.Timeout exceeded")
 }
 
 // boundedTransport adds the connector's secret header to requests for its

@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { e.mcp.Close(); e.srv.Close() })
 	e.svc = &connectors.Service{
 		Store:   e.store,
-		Client:  outbound.NewClient(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Timeout: 5 * time.Second}),
+		Client:  outbound.NewClient(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Timeout: 30 * time.Second}),
 		Timeout: 2 * time.Second,
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Notify: func(_ context.Context, n connectors.Notice) {
