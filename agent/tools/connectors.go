@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/internal/gatewayapi"
@@ -17,6 +18,13 @@ type Connectors interface {
 	CallConnector(ctx context.Context, req gatewayapi.ConnectorCallRequest) (gatewayapi.ConnectorResult, error)
 }
 
+// Bounds the agent keeps on its side; the manager's own timeout
+// (AFFIDO_CONNECTOR_TIMEOUT, 30 s by default) ends a call well before.
+const (
+	ConnectorListTimeout = 10 * time.Second
+	ConnectorCallTimeout = 5 * time.Minute
+)
+
 // ConnectorTools lists, each time it is asked, the connector tools agent
 // may call, as the harness's MoreTools. A tool the owner set to ask always
 // asks; one set to allow runs without a rule, but like every tool that is
@@ -25,6 +33,10 @@ type Connectors interface {
 // have acted on the server.
 func ConnectorTools(c Connectors, agent string) func(ctx context.Context) ([]durable.Tool, error) {
 	return func(ctx context.Context) ([]durable.Tool, error) {
+		// Asked before every model request: a manager slow to answer must
+		// not hold the run (the built-in tools are offered without these).
+		ctx, cancel := context.WithTimeout(ctx, ConnectorListTimeout)
+		defer cancel()
 		list, err := c.ConnectorTools(ctx, agent)
 		if err != nil {
 			return nil, err
@@ -54,6 +66,8 @@ func ConnectorTools(c Connectors, agent string) func(ctx context.Context) ([]dur
 
 func connectorCall(c Connectors, agent string, t gatewayapi.ConnectorTool) func(context.Context, durable.ToolCallContext, json.RawMessage) (durable.ToolResult, error) {
 	return func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, ConnectorCallTimeout)
+		defer cancel()
 		res, err := c.CallConnector(ctx, gatewayapi.ConnectorCallRequest{Agent: agent, Tool: t.Name, Arguments: args, Mode: t.Mode})
 		if err != nil {
 			return durable.ToolResult{}, err
