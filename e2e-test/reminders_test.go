@@ -49,7 +49,7 @@ func startSink(t *testing.T) {
 	}
 	dockerTry("rm", "-f", sinkName())
 	docker(t, "run", "-d", "--name", sinkName(), "--label", "affido.stack="+stack, "--network", stack+"_control",
-		"--ip", env("AFFIDO_E2E_SINK_IP", "10.212.1.50"), "affido/probe:test", "-sink", ":9999")
+		"--ip", env("AFFIDO_E2E_SINK_IP", "10.212.1.50"), "affido/probe:test", "-sink", ":9999", "-mcp", ":9998")
 }
 
 type delivery struct {

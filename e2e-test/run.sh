@@ -22,8 +22,10 @@ export AFFIDO_WARM_POOL=0
 # the control network: the one address the outbound guard is told to allow.
 export AFFIDO_E2E_SINK_IP=10.212.1.50
 export AFFIDO_OUTBOUND_ALLOW=$AFFIDO_E2E_SINK_IP/32
-# Limits small enough for the attack suite to reach quickly.
-export AFFIDO_NOTIFY_QUEUE_MAX=3 AFFIDO_BODY_TIMEOUT=3s
+# Limits small enough for the attack suite to reach quickly. The sink also
+# serves the test MCP server (:9998), so connectors reach it under the same
+# allow-list entry, and a hanging one is cut off after 5 s.
+export AFFIDO_NOTIFY_QUEUE_MAX=3 AFFIDO_BODY_TIMEOUT=3s AFFIDO_CONNECTOR_TIMEOUT=5s
 # Approvals expire after 3 minutes: long enough for every suite that decides
 # one, short enough for the expiry suite to wait for it.
 export AFFIDO_APPROVAL_TTL=3m

@@ -220,6 +220,10 @@ func serve(ctx context.Context) error {
 		// to the worker, whose answers come back as outside text.
 		WorkerTools:  tools.WebTools(model),
 		WorkerSystem: workerPrompt,
+		// The owner's connectors, held by the manager, reached through the gateway.
+		AgentTools: func(agent string) func(context.Context) ([]durable.Tool, error) {
+			return tools.ConnectorTools(model, agent)
+		},
 		// The owner hears of every approval through the notification path.
 		// And of every scheduled job's result, with the reply's start.
 		OnAnswer: func(agent string, in durable.Input, answer durable.Entry) []durable.Task {

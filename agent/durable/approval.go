@@ -187,7 +187,7 @@ func (h *Harness) deniedResult(t Task, cp genCheckpoint, call ToolCall, text str
 // authorize asks the policy about Calls[Next] (unless the owner's decision
 // on exactly these arguments is in the checkpoint). It returns a step
 // result when the call does not run now: waiting for the owner, or refused.
-func (h *Harness) authorize(ctx context.Context, t Task, cp genCheckpoint, call ToolCall) (*StepResult, error) {
+func (h *Harness) authorize(ctx context.Context, t Task, cp genCheckpoint, call ToolCall, tool Tool) (*StepResult, error) {
 	if h.opts.Policy == nil {
 		return nil, nil
 	}
@@ -213,7 +213,7 @@ func (h *Harness) authorize(ctx context.Context, t Task, cp genCheckpoint, call 
 		}
 		outside = &e
 	}
-	q := PolicyQuery{ConversationID: t.ConversationID, Tool: h.tools[call.Name], Call: call, Outside: outside, Store: h.store}
+	q := PolicyQuery{ConversationID: t.ConversationID, Tool: tool, Call: call, Outside: outside, Store: h.store}
 	if q.Tool.AsksAfterOutside {
 		if q.OutsideSinceOwner, err = h.outsideSinceOwner(ctx, t.ConversationID); err != nil {
 			return nil, err

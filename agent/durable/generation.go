@@ -125,12 +125,43 @@ func (h *Harness) modelFor(ctx context.Context, conv int64, sub Submission) (str
 	return h.opts.DefaultModel, c.Settings, nil
 }
 
-func (h *Harness) toolSpecs() []ToolSpec {
+func (h *Harness) toolSpecs(ctx context.Context) []ToolSpec {
 	specs := make([]ToolSpec, 0, len(h.opts.Tools))
 	for _, t := range h.opts.Tools {
 		specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
 	}
+	for _, t := range h.moreTools(ctx) {
+		if _, builtin := h.tools[t.Name]; !builtin {
+			specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		}
+	}
 	return specs
+}
+
+// moreTools lists Options.MoreTools now; a failure is logged and offers none.
+func (h *Harness) moreTools(ctx context.Context) []Tool {
+	if h.opts.MoreTools == nil {
+		return nil
+	}
+	more, err := h.opts.MoreTools(ctx)
+	if err != nil {
+		h.opts.Log.Warn("more tools not listed; offering the built-in ones", "err", err)
+		return nil
+	}
+	return more
+}
+
+// tool finds the tool a call names: one of Tools, else of MoreTools now.
+func (h *Harness) tool(ctx context.Context, name string) (Tool, bool) {
+	if t, ok := h.tools[name]; ok {
+		return t, true
+	}
+	for _, t := range h.moreTools(ctx) {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
 }
 
 func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Submission) (StepResult, error) {
@@ -177,7 +208,7 @@ func (h *Harness) request(ctx context.Context, t Task, cp genCheckpoint, sub Sub
 		h.opts.OnDelta(t.ConversationID, t.ID, "") // a new attempt: what an earlier one streamed is void
 	}
 	started := h.Now()
-	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs()}, onDelta)
+	resp, err := h.opts.Model.Stream(ctx, ModelRequest{Model: model, Messages: c.Messages, Tools: h.toolSpecs(ctx)}, onDelta)
 	if err != nil {
 		if ctx.Err() != nil {
 			return StepResult{}, ctx.Err()
@@ -290,13 +321,13 @@ func (h *Harness) runCall(ctx context.Context, sc *StepContext, t Task, cp genCh
 		return StepResult{}, errors.New("tool phase without a pending call")
 	}
 	call := cp.Calls[cp.Next]
-	tool, known := h.tools[call.Name]
+	tool, known := h.tool(ctx, call.Name)
 	replay := cp.Executing
 	if cp.Waiting != 0 { // run while it waited: its approval expired (Decide clears Waiting)
 		return h.expire(ctx, t, cp, call)
 	}
 	if !cp.Executing {
-		if res, err := h.authorize(ctx, t, cp, call); err != nil || res != nil {
+		if res, err := h.authorize(ctx, t, cp, call, tool); err != nil || res != nil {
 			if err != nil {
 				return StepResult{}, err
 			}

@@ -87,11 +87,16 @@ type Options struct {
 	// carries no time: it changes only when what it says does.
 	SystemSuffix func(ctx context.Context, in Input) (string, error)
 	Tools        []Tool
-	Kinds        map[string]TaskKind // extra task kinds, by name
-	Retry        RetryPolicy
-	Compaction   CompactionPolicy
-	MaxTurns     int // model calls per run (default 16)
-	Redact       func(string) string
+	// MoreTools, if set, lists tools that come and go while the harness
+	// runs (the owner's connectors, which the manager holds): asked before
+	// every model request, and when a call names a tool not in Tools. A
+	// tool in Tools wins over one of the same name; an error offers none.
+	MoreTools  func(ctx context.Context) ([]Tool, error)
+	Kinds      map[string]TaskKind // extra task kinds, by name
+	Retry      RetryPolicy
+	Compaction CompactionPolicy
+	MaxTurns   int // model calls per run (default 16)
+	Redact     func(string) string
 	// OnScheduled is told every new earliest due time (zero: nothing due),
 	// from one goroutine and in order; changes that come faster than the
 	// host takes them are coalesced to the latest.

@@ -30,7 +30,11 @@ type Tool struct {
 	// rules say: their effect outlives the conversation (a note every later
 	// run reads), so what the model read must not steer them.
 	AsksAfterOutside bool
-	Execute          func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
+	// Preapproved tools were allowed by the owner outside the agent (a
+	// connector's tool set to allow in the manager): a policy runs them
+	// without a rule, but outside text in the context still makes them ask.
+	Preapproved bool
+	Execute     func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
 }
 
 // ToolCallContext tells a tool where it runs.

@@ -40,6 +40,10 @@ type Config struct {
 	// none of the owner's data) and system prompt.
 	WorkerTools  []durable.Tool
 	WorkerSystem string
+	// AgentTools, if set, gives the tools of one of the owner's agents that
+	// come and go (its connectors, which the manager holds): the harness's
+	// MoreTools. The worker gets none.
+	AgentTools func(agent string) func(ctx context.Context) ([]durable.Tool, error)
 	// OnApproval returns tasks to commit with a new approval of agent
 	// (the owner's notification).
 	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task

@@ -203,6 +203,9 @@ func (s *Host) harnessOptions(rt *Runtime) durable.Options {
 			}
 			return text, err
 		}
+		if s.cfg.AgentTools != nil {
+			opts.MoreTools = s.cfg.AgentTools(a.Name)
+		}
 		opts.Gate = citations.Gate(s.cfg.Corpus)
 		// A reply that must carry verified citations is shown once it passed.
 		opts.Streams = func(options, settings map[string]string) bool { return !citations.Required(options, settings) }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -247,6 +248,23 @@ func (c *Client) Search(ctx context.Context, query string, count int) (gatewayap
 	return r, err
 }
 
+// ConnectorTools lists the tools of the owner's connectors agent may call
+// (the manager holds the connectors; off tools are not listed).
+func (c *Client) ConnectorTools(ctx context.Context, agent string) ([]gatewayapi.ConnectorTool, error) {
+	var r gatewayapi.ConnectorTools
+	err := c.send(ctx, http.MethodGet, gatewayapi.ConnectorsPath+"?agent="+url.QueryEscape(agent), "connector tools", nil, &r)
+	return r.Tools, err
+}
+
+// CallConnector asks the manager to call a connector's tool; it checks the
+// mode and the tool's pinned definition again, and answers the server's
+// text (outside text) or a *GatewayError the model can read.
+func (c *Client) CallConnector(ctx context.Context, req gatewayapi.ConnectorCallRequest) (gatewayapi.ConnectorResult, error) {
+	var r gatewayapi.ConnectorResult
+	err := c.call(ctx, gatewayapi.ConnectorCall, "connector call", req, &r)
+	return r, err
+}
+
 // GatewayError is a gateway route's refusal: its status and problem.
 type GatewayError struct {
 	Op     string
@@ -267,12 +285,23 @@ func (c *Client) post(ctx context.Context, path, op string, body any) error {
 // call posts body and decodes a 2xx answer into out (if not nil); any
 // other answer is a *GatewayError.
 func (c *Client) call(ctx context.Context, path, op string, body, out any) error {
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(b))
+	return c.send(ctx, http.MethodPost, path, op, body, out)
+}
+
+// send is call with any method; a nil body sends none.
+func (c *Client) send(ctx context.Context, method, path, op string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Authorization", "Bearer "+c.Token())
 	resp, err := c.HTTP.Do(req)
 	if err != nil {

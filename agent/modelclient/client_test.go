@@ -2,9 +2,11 @@ package modelclient_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/gatewaytest"
 	"github.com/affido/affido/internal/openai"
+	"github.com/affido/affido/internal/problem"
 )
 
 // A call the gateway refuses for spend is not retried: the client returns
@@ -80,5 +83,50 @@ func TestNotifyAndReportWake(t *testing.T) {
 	}
 	if w := g.Wakes(); len(w) != 2 || !w[0].At.Equal(due) || w[1].At != nil {
 		t.Fatalf("wake reports %+v", w)
+	}
+}
+
+// The connector routes as the gateway's contract says: the list is a GET
+// naming the agent, a call a POST of ConnectorCallRequest; a refusal is a
+// *GatewayError with the manager's problem.
+func TestConnectorRoutes(t *testing.T) {
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("Authorization"))
+		switch r.URL.Path {
+		case gatewayapi.Prefix + gatewayapi.ConnectorsPath:
+			_ = json.NewEncoder(w).Encode(gatewayapi.ConnectorTools{Tools: []gatewayapi.ConnectorTool{{Name: "mcp__c__t", Mode: "ask", Connector: "c"}}})
+		case gatewayapi.Prefix + gatewayapi.ConnectorCall:
+			var req gatewayapi.ConnectorCallRequest
+			dec := json.NewDecoder(r.Body)
+			dec.DisallowUnknownFields()
+			if dec.Decode(&req) != nil || req.Agent != "main" || req.Mode != "ask" || string(req.Arguments) != `{"a":1}` {
+				problem.Write(w, http.StatusBadRequest, "bad-json", "unexpected call")
+				return
+			}
+			if req.Tool == "mcp__c__off" {
+				problem.Write(w, http.StatusForbidden, gatewayapi.ProblemConnectorOff, "the owner has set this tool off")
+				return
+			}
+			_ = json.NewEncoder(w).Encode(gatewayapi.ConnectorResult{Tool: req.Tool, Connector: "c", Text: "answer"})
+		}
+	}))
+	defer srv.Close()
+	c := modelclient.New(srv.URL+gatewayapi.Prefix, func() string { return "tok" })
+	tools, err := c.ConnectorTools(context.Background(), "main")
+	if err != nil || len(tools) != 1 || tools[0].Name != "mcp__c__t" {
+		t.Fatalf("tools %+v, %v", tools, err)
+	}
+	res, err := c.CallConnector(context.Background(), gatewayapi.ConnectorCallRequest{Agent: "main", Tool: "mcp__c__t", Arguments: json.RawMessage(`{"a":1}`), Mode: "ask"})
+	if err != nil || res.Text != "answer" {
+		t.Fatalf("call %+v, %v", res, err)
+	}
+	var ge *modelclient.GatewayError
+	_, err = c.CallConnector(context.Background(), gatewayapi.ConnectorCallRequest{Agent: "main", Tool: "mcp__c__off", Arguments: json.RawMessage(`{"a":1}`), Mode: "ask"})
+	if !errors.As(err, &ge) || ge.Status != 403 || !strings.Contains(err.Error(), "set this tool off") {
+		t.Fatalf("off: %v", err)
+	}
+	if seen[0] != "GET /v1/gateway/connectors?agent=main Bearer tok" || !strings.HasPrefix(seen[1], "POST /v1/gateway/connectors/call ") {
+		t.Fatalf("requests %q", seen)
 	}
 }

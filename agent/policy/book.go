@@ -39,6 +39,10 @@ func (b *Book) known(name string) bool {
 	return ok
 }
 
+// Knows reports whether rules may name tool: one of the agent's own tools,
+// not a connector's (whose mode the owner sets in the manager).
+func (b *Book) Knows(tool string) bool { return b.known(tool) }
+
 func (b *Book) tool(name string) (durable.Tool, bool) {
 	for _, t := range b.Tools {
 		if t.Name == name {
@@ -59,6 +63,9 @@ func (b *Book) alwaysAsks(name string) bool {
 func (b *Book) Proposal(a durable.Approval) (Rule, error) {
 	if b.alwaysAsks(a.Tool) {
 		return Rule{}, fmt.Errorf("%w: %s always asks the owner", ErrNoProposal, a.Tool)
+	}
+	if !b.known(a.Tool) { // a connector's tool: its mode is the owner's setting in the manager
+		return Rule{}, fmt.Errorf("%w: %s is a connector's tool; set its mode in the connector's settings", ErrNoProposal, a.Tool)
 	}
 	return Proposed(a)
 }
@@ -89,7 +96,7 @@ func (b *Book) Defaults() map[string]durable.Effect {
 }
 
 func defaultEffect(t durable.Tool) durable.Effect {
-	if t.ReadOnly {
+	if t.ReadOnly || t.Preapproved {
 		return durable.Allow
 	}
 	return durable.Ask
@@ -334,6 +341,9 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 		}
 	} else {
 		v = durable.Verdict{Effect: defaultEffect(q.Tool), Reason: q.Tool.Name + " asks by default: no rule of the owner's allows this call"}
+		if q.Tool.Preapproved {
+			v.Reason = q.Tool.Name + " is allowed in its connector's settings"
+		}
 	}
 	if v.Effect == durable.Allow && q.Tool.AlwaysAsk {
 		v = durable.Verdict{Effect: durable.Ask, Reason: q.Tool.Name + " always asks the owner: no rule can allow it"}

@@ -37,7 +37,7 @@ func viewOf(book *policy.Book, a durable.Approval, status string) approvalView {
 		p := ruleView(r)
 		v.ProposedRule = &p
 	}
-	if r, err := policy.DenyProposal(a); err == nil {
+	if r, err := policy.DenyProposal(a); err == nil && book.Knows(a.Tool) {
 		p := ruleView(r)
 		v.ProposedDenyRule = &p
 	}

@@ -81,6 +81,10 @@ type Config struct {
 	// none of the owner's data) and system prompt.
 	WorkerTools  []durable.Tool
 	WorkerSystem string
+	// AgentTools, if set, gives the tools of one of the owner's agents that
+	// come and go (its connectors, which the manager holds): the harness's
+	// MoreTools. The worker gets none.
+	AgentTools func(agent string) func(ctx context.Context) ([]durable.Tool, error)
 	// OnApproval returns tasks to commit with a new approval of agent
 	// (the owner's notification).
 	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task
@@ -103,8 +107,8 @@ type Config struct {
 	// with Caller when both are set.
 	CallerKeyHash [sha256.Size]byte
 	// Host hosts the agents; nil makes a host.Host of SessionDB, Model,
-	// DefaultModel, Harness, WorkerTools, WorkerSystem, OnApproval and
-	// MessageTimeout.
+	// DefaultModel, Harness, WorkerTools, WorkerSystem, AgentTools,
+	// OnApproval and MessageTimeout.
 	Host Host
 }
 
@@ -132,7 +136,7 @@ func New(cfg Config) *Server {
 		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Model: cfg.Model,
 			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
 			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval, OnAnswer: cfg.OnAnswer,
-			MessageTimeout: cfg.MessageTimeout})
+			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools})
 	}
 	return s
 }

@@ -20,6 +20,8 @@
 //	                        /note… answers a text page with a "note owner: …" line (which steers
 //	                        the scripted model into write_note);
 //	                        /push… answers 201 and logs the body in base64 (a Web Push)
+//	probe -sink ADDR -mcp ADDR2
+//	                        the sink, and the test MCP server on ADDR2 (see mcp.go)
 package main
 
 import (
@@ -153,6 +155,9 @@ func main() {
 		return
 	}
 	if len(os.Args) > 2 && os.Args[1] == "-sink" {
+		if len(os.Args) > 4 && os.Args[3] == "-mcp" {
+			go mcpServe(os.Args[4])
+		}
 		sink(os.Args[2])
 		return
 	}

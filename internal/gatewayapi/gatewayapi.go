@@ -7,6 +7,7 @@
 package gatewayapi
 
 import (
+	"encoding/json"
 	"regexp"
 	"time"
 )
@@ -25,6 +26,8 @@ const (
 	MarketplacePath = "/marketplace"      // GET …/index.json and the files below it (package marketplace)
 	FetchPath       = "/fetch"            // POST FetchRequest: Page
 	SearchPath      = "/search"           // POST SearchRequest: SearchResults
+	ConnectorsPath  = "/connectors"       // GET ?agent=NAME: ConnectorTools
+	ConnectorCall   = "/connectors/call"  // POST ConnectorCallRequest: ConnectorResult
 )
 
 // Whoami is the answer of GET WhoamiPath: the user the sandbox's token
@@ -58,10 +61,17 @@ const (
 	KindApproval = "approval" // a tool call waits for the owner's decision
 	KindJob      = "job"      // a scheduled job ran
 	KindSpend    = "spend"    // the spend limit stopped the agent (the manager's own)
+	// KindConnector: a connector's tool turned off because its server
+	// changed its definition (the manager's own).
+	KindConnector = "connector"
 )
 
 // agentName is the agent's own rule for names (agent/agents.ValidName).
 var agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
+// ValidAgentName reports whether name is an agent's name by the agent's
+// rule, for the manager, which cannot import the agent's packages.
+func ValidAgentName(name string) bool { return agentName.MatchString(name) }
 
 // Valid reports whether n is within its bounds.
 func (n Notification) Valid() bool {
@@ -153,4 +163,56 @@ const (
 	// Both web routes are charged to the user's spend and rate limited.
 	ProblemSpendLimit = "spend-limit"    // 402: the call's price would pass the daily or monthly spend limit (the detail says which)
 	ProblemWebRate    = "web-rate-limit" // 429 with Retry-After: the user's web calls per minute are used up
+)
+
+// ConnectorTool is a tool of one of the owner's connectors (remote MCP
+// servers, held by the manager) that an agent may call: Name is what the
+// model calls it (mcp__<connector>__<tool>); Mode is "allow" (runs, unless
+// outside text makes it ask) or "ask" (always asks the owner). Tools that
+// are off are not listed.
+type ConnectorTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+	Mode        string          `json:"mode"`
+	Connector   string          `json:"connector"`
+}
+
+// ConnectorTools is the answer of GET ConnectorsPath?agent=NAME.
+type ConnectorTools struct {
+	Tools []ConnectorTool `json:"tools"`
+}
+
+// ConnectorCallRequest asks the manager to call a connector's tool for
+// Agent, with the Mode the agent was offered it in; the manager checks
+// the mode and the tool's pinned definition again.
+type ConnectorCallRequest struct {
+	Agent     string          `json:"agent"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	Mode      string          `json:"mode"`
+}
+
+// ConnectorResult is a tool call's answer. Text is the server's, outside
+// text, at most the manager's cap (Truncated when cut); SHA256 is of Text.
+type ConnectorResult struct {
+	Tool      string    `json:"tool"`
+	Connector string    `json:"connector"`
+	Text      string    `json:"text"`
+	IsError   bool      `json:"is_error,omitempty"`
+	Truncated bool      `json:"truncated,omitempty"`
+	SHA256    string    `json:"sha256"`
+	CalledAt  time.Time `json:"called_at"`
+}
+
+// Problem types of the connector routes. Each is a tool error for the
+// model: its detail is the manager's own words, never the server's.
+const (
+	ProblemConnectorNoTool   = "connector-no-tool"      // 404: no such connector tool for this agent
+	ProblemConnectorOff      = "connector-tool-off"     // 403: the owner set it off
+	ProblemConnectorChanged  = "connector-tool-changed" // 409: its definition changed; off until the owner sets it again
+	ProblemConnectorAsks     = "connector-tool-asks"    // 409: it asks the owner now
+	ProblemConnectorFailed   = "connector-failed"       // 502: unreachable, refused, an error, not MCP
+	ProblemConnectorTimeout  = "connector-timeout"      // 504: no answer within the manager's timeout
+	ProblemConnectorTooLarge = "connector-too-large"    // 502: an answer past the manager's cap
 )

@@ -132,6 +132,12 @@ var rules = []struct {
 	{regexp.MustCompile(`(?s)^search (.+)$`), func(m []string) Reply { return call("corpus_search", map[string]any{"query": m[1]}) }},
 	{regexp.MustCompile(`^fetch (\S+)$`), func(m []string) Reply { return call("fetch_url", map[string]any{"url": m[1]}) }},
 	{regexp.MustCompile(`(?s)^websearch (.+)$`), func(m []string) Reply { return call("web_search", map[string]any{"query": m[1]}) }},
+	// A connector's tool (mcp__<connector>__<tool>), with a JSON object of arguments or none.
+	{regexp.MustCompile(`(?s)^mcp (mcp__[a-z0-9-]+__[A-Za-z0-9_-]+)(?: (\{.*\}))?$`), func(m []string) Reply {
+		args := map[string]any{}
+		_ = json.Unmarshal([]byte(m[2]), &args)
+		return call(m[1], args)
+	}},
 	{regexp.MustCompile(`(?s)^remind (at|in) (\S+): (.+)$`), func(m []string) Reply {
 		key := "after"
 		if m[1] == "at" {

@@ -23,6 +23,7 @@ import (
 	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/config"
+	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/notify"
@@ -184,6 +185,10 @@ func serve(ctx context.Context) error {
 		Deny:    deny,
 		Timeout: gatewayapi.FetchTimeout,
 	})
+	// Connectors (remote MCP servers) go through the same guard, with
+	// their own time bound.
+	conns := &connectors.Service{Store: store, Timeout: cfg.ConnectorTimeout, Log: log,
+		Client: outbound.NewClient(outbound.Config{Allow: cfg.OutboundAllow, Deny: deny, Timeout: cfg.ConnectorTimeout})}
 	var search gateway.Searcher = gateway.ScriptedSearch{}
 	if cfg.SearchProvider == "brave" {
 		search = &gateway.BraveSearch{URL: cfg.SearchURL, Key: cfg.SearchKey}
@@ -198,12 +203,13 @@ func serve(ctx context.Context) error {
 			Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits,
 			WebPrices: cfg.WebPrices, WebPerMinute: cfg.WebPerMinute,
 			Notifications: store, Kick: deliverer.Kick, NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
-			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir},
+			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir, Connectors: conns},
 		OwnerDeps: server.OwnerDeps{Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
 			Push: store, PushKey: vapid.PublicKey(), PushPlainHTTP: cfg.OutboundAllow,
 			SecureCookies: cfg.SecureCookies, SpendOwner: store},
 		Log: log,
 	}
+	conns.Notify = pub.ConnectorNotice
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)

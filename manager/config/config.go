@@ -61,6 +61,7 @@ type Config struct {
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
 	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
+	ConnectorTimeout time.Duration          // AFFIDO_CONNECTOR_TIMEOUT: one connector operation (connect, list, call)
 	PushSubject      string                 // AFFIDO_PUSH_SUBJECT: the operator's contact in Web Push's VAPID token (mailto: or https:)
 	CompactTokens    int64                  // AFFIDO_COMPACT_TOKENS: context size (est. tokens) past which agents summarize (0: never)
 	CompactHardCap   int64                  // AFFIDO_COMPACT_HARD_CAP: context size past which no model request is sent (0: no cap)
@@ -138,6 +139,7 @@ func Load() (Config, error) {
 		WorkspaceQuotaMB: num("AFFIDO_WORKSPACE_QUOTA_MB", 1024),
 		BodyTimeout:      dur("AFFIDO_BODY_TIMEOUT", "60s"),
 		AuthCacheTTL:     dur("AFFIDO_AUTH_CACHE_TTL", "1s"),
+		ConnectorTimeout: dur("AFFIDO_CONNECTOR_TIMEOUT", "30s"),
 		CompactTokens:    num("AFFIDO_COMPACT_TOKENS", 60000),
 		CompactHardCap:   num("AFFIDO_COMPACT_HARD_CAP", 85000),
 		ApprovalTTL:      dur(sandboxapi.EnvApprovalTTL, "168h"),

@@ -273,7 +273,7 @@ func payload(n registry.Notification) []byte {
 		page = "reminders"
 	case gatewayapi.KindApproval:
 		page = "approvals"
-	case gatewayapi.KindSpend:
+	case gatewayapi.KindSpend, gatewayapi.KindConnector:
 		page = "settings"
 	}
 	p.URL = "/app/#/" + page
@@ -322,6 +322,8 @@ func title(kind string) string {
 		return "Job done"
 	case gatewayapi.KindSpend:
 		return "Spend limit reached"
+	case gatewayapi.KindConnector:
+		return "A connector's tool was turned off"
 	}
 	return "Affido"
 }

@@ -226,6 +226,16 @@ type call struct {
 
 func do(t *testing.T, srv *httptest.Server, c call) (*http.Response, map[string]any) {
 	t.Helper()
+	resp, body := doRaw(t, srv, c)
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	return resp, m
+}
+
+// doRaw makes the call (a body is sent as JSON) and returns the answer
+// with its body read.
+func doRaw(t *testing.T, srv *httptest.Server, c call) (*http.Response, []byte) {
+	t.Helper()
 	req, _ := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
 	if c.body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -238,9 +248,8 @@ func do(t *testing.T, srv *httptest.Server, c call) (*http.Response, map[string]
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var m map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&m)
-	return resp, m
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
 }
 
 func cookieOf(resp *http.Response) *http.Cookie {

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/outbound"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/spend"
@@ -51,6 +53,27 @@ func problemOf(err error) *problem.Error {
 		return problem.New(http.StatusConflict, "user-exists", "that user name is taken")
 	case errors.Is(err, spend.ErrAlreadyRaised):
 		return problem.New(http.StatusConflict, "already-raised", "today's limit was raised once already; it resets tomorrow")
+	case errors.Is(err, connectors.ErrNotFound):
+		return problem.New(http.StatusNotFound, "connector-not-found", "no such connector")
+	case errors.Is(err, connectors.ErrExists):
+		return problem.New(http.StatusConflict, "connector-exists", "that agent has a connector of that name")
+	case errors.Is(err, connectors.ErrInvalid):
+		return problem.New(http.StatusBadRequest, "bad-connector", err.Error())
+	case errors.Is(err, connectors.ErrNoTool):
+		return problem.New(http.StatusNotFound, gatewayapi.ProblemConnectorNoTool, "no such connector tool for this agent")
+	case errors.Is(err, connectors.ErrChanged):
+		return problem.New(http.StatusConflict, gatewayapi.ProblemConnectorChanged,
+			"the tool's definition changed on its server since the owner set it, so it is off until the owner sets it again")
+	case errors.Is(err, connectors.ErrOff):
+		return problem.New(http.StatusForbidden, gatewayapi.ProblemConnectorOff, "the owner has set this tool off")
+	case errors.Is(err, connectors.ErrStricter):
+		return problem.New(http.StatusConflict, gatewayapi.ProblemConnectorAsks, "the owner now wants to be asked before this tool runs")
+	case errors.Is(err, connectors.ErrTimeout):
+		return problem.New(http.StatusGatewayTimeout, gatewayapi.ProblemConnectorTimeout, err.Error())
+	case errors.Is(err, connectors.ErrTooLarge):
+		return problem.New(http.StatusBadGateway, gatewayapi.ProblemConnectorTooLarge, err.Error())
+	case errors.Is(err, connectors.ErrServer):
+		return problem.New(http.StatusBadGateway, gatewayapi.ProblemConnectorFailed, err.Error())
 	case errors.Is(err, outbound.ErrBadURL):
 		return problem.New(http.StatusBadRequest, "bad-url", "the notification URL must be an http or https URL")
 	case errors.Is(err, outbound.ErrRefused):

@@ -21,7 +21,7 @@ import (
 
 // LiveNotice is one event of the owner's live stream.
 type LiveNotice struct {
-	Kind  string    `json:"kind"`            // approval, reminder, spend or notice (gatewayapi's kinds)
+	Kind  string    `json:"kind"`            // approval, reminder, spend, connector or notice (gatewayapi's kinds)
 	Agent string    `json:"agent,omitempty"` // the agent it is about, when the sandbox said
 	Text  string    `json:"text"`
 	At    time.Time `json:"at"`

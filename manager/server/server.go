@@ -22,6 +22,7 @@ import (
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
@@ -141,6 +142,11 @@ type GatewayDeps struct {
 	Search      gateway.Searcher
 	// MarketplaceDir holds the built marketplace served to sandboxes.
 	MarketplaceDir string
+	// Connectors, if set, serves the owner's connectors (remote MCP
+	// servers): the agents' tool list and calls through the gateway, and
+	// the owner's /api/connectors with Accounts. Wire its Notify to
+	// ConnectorNotice.
+	Connectors *connectors.Service
 }
 
 // OwnerDeps serve the owner's routes: sign-in and sign-up, sessions and
@@ -186,6 +192,9 @@ func (s *Server) Handler() http.Handler {
 		(&gateway.Web{Caller: s.caller, Client: s.FetchClient, Search: search, Log: s.Log, Ledger: s.Ledger, Limits: s.SpendLimits,
 			Prices: s.WebPrices, PerMinute: s.WebPerMinute, OnLimit: s.spendLimitReached}).Register(mux)
 	}
+	if s.Connectors != nil {
+		s.connectorGatewayRoutes(mux)
+	}
 	if s.MarketplaceDir != "" {
 		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)
 	}
@@ -206,6 +215,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		if s.Push != nil {
 			s.pushRoutes(mux)
+		}
+		if s.Connectors != nil {
+			s.connectorOwnerRoutes(mux)
 		}
 		(&web.Handler{Sessions: webSessions{s}, Cookie: SessionCookie, Log: s.Log}).Register(mux)
 	} else {
@@ -508,11 +520,13 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) error {
 	if err := dec.Decode(&body); err != nil {
 		return problem.New(http.StatusBadRequest, "bad-json", err.Error())
 	}
-	// Spend stops are the manager's to tell, under keys of its own: a
-	// sandbox can neither send one nor take its key first (which would
-	// silence the real one).
-	if strings.HasPrefix(body.Key, SpendStopKeyPrefix) {
-		return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification, "keys starting %q are the manager's", SpendStopKeyPrefix)
+	// Spend stops and connector notices are the manager's to tell, under
+	// keys of its own: a sandbox can neither send one nor take its key
+	// first (which would silence the real one).
+	for _, prefix := range []string{SpendStopKeyPrefix, ConnectorKeyPrefix} {
+		if strings.HasPrefix(body.Key, prefix) {
+			return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification, "keys starting %q are the manager's", prefix)
+		}
 	}
 	if !body.Valid() || body.Kind == gatewayapi.KindSpend {
 		return problem.Errorf(http.StatusBadRequest, gatewayapi.ProblemBadNotification,

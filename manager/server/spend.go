@@ -78,18 +78,24 @@ func (s *Server) spendLimitReached(user string) {
 	if s.Notifications == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	day := time.Now().UTC().Format("2006-01-02")
 	text := fmt.Sprintf("Your agent stopped: its spend limit was reached on %s. Raise today's limit once with POST /api/spend/another-day.", day)
-	n := registry.Notification{Key: SpendStopKeyPrefix + day, Text: text, Kind: gatewayapi.KindSpend}
+	s.tellOwner(context.Background(), user, registry.Notification{Key: SpendStopKeyPrefix + day, Text: text, Kind: gatewayapi.KindSpend})
+}
+
+// tellOwner hands the owner one of the manager's own notices: through the
+// notification path (its key makes it once) and, when new, on the live
+// stream.
+func (s *Server) tellOwner(ctx context.Context, user string, n registry.Notification) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
 	created, err := s.Notifications.EnqueueNotification(ctx, user, n, 1<<30)
 	if err != nil {
-		s.Log.Warn("spend limit: owner not notified", "user", user, "err", err)
+		s.Log.Warn("owner not notified", "user", user, "kind", n.Kind, "err", err)
 		return
 	}
 	if created {
-		s.live.publish(user, LiveNotice{Kind: gatewayapi.KindSpend, Text: text, At: time.Now().UTC()})
+		s.live.publish(user, LiveNotice{Kind: n.Kind, Agent: n.Agent, Text: n.Text, At: time.Now().UTC()})
 	}
 	if s.Kick != nil {
 		s.Kick()

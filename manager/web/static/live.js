@@ -71,7 +71,7 @@ export class Live {
   // looked at (the Notification API; Web Push covers a closed page).
   tell(n) {
     if (document.visibilityState === 'visible' || typeof Notification === 'undefined' || Notification.permission !== 'granted') return;
-    const title = { approval: 'An approval waits for you', reminder: 'Reminder', spend: 'Your agent stopped', job: 'A job finished' }[n.kind] || 'Affido';
+    const title = { approval: 'An approval waits for you', reminder: 'Reminder', spend: 'Your agent stopped', job: 'A job finished', connector: "A connector's tool was turned off" }[n.kind] || 'Affido';
     try { new Notification(title, { body: String(n.text || '').slice(0, 300), tag: `affido-${n.kind}` }); } catch { /* some browsers only notify from a service worker */ }
   }
 }

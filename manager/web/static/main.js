@@ -149,6 +149,11 @@ const live = new Live({
   onApprovals: showApprovals,
   onNotice: (n) => {
     if ((n.kind === 'reminder' || n.kind === 'job') && !$('page-reminders').hidden) showReminders().catch(() => {});
+    // A connector's tool turned off by itself: say so, and show it if Settings is open.
+    if (n.kind === 'connector') {
+      $('status-line').textContent = String(n.text || '');
+      if (!$('page-settings').hidden) showSettings().catch(() => {});
+    }
   },
 });
 

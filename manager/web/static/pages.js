@@ -3,6 +3,7 @@
 import { agent, agentName, agentPath, sandbox, call, get, post, id } from './api.js';
 import { el, describeRule } from './render.js';
 import { showPush } from './push.js';
+import { showConnectors } from './connectors.js';
 
 const $ = (id) => document.getElementById(id);
 const say = (text) => { $('status-line').textContent = text; };
@@ -196,9 +197,10 @@ export async function showActivity() {
 }
 $('activity-filter').addEventListener('change', () => showActivity().catch(fail));
 
-// Settings: the sandbox, notifications, rules, spend, sessions, tokens.
+// Settings: the sandbox, notifications, rules, connectors, spend, sessions, tokens.
 export async function showSettings() {
   showPush().catch((err) => { $('push-state').textContent = `Notifications on this device: ${err.message}`; });
+  showConnectors().catch((err) => { $('connector-error').textContent = err.message; });
   const [sb, notify, rules, spend, sessions, tokens] = await Promise.all([
     get('/api/sandbox'), get('/api/notify'), get(`${agent}/rules`), get('/api/spend').catch(() => null), get('/api/sessions'), get('/api/tokens')]);
   const wake = sb.reported_wake_at || sb.wake_at;

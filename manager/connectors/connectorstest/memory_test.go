@@ -1,0 +1,5 @@
+package connectorstest
+
+import "testing"
+
+func TestMemoryStore(t *testing.T) { Run(t, &Memory{}, "alice", "bob") }
