@@ -87,16 +87,17 @@ func kubeEngine(ctx context.Context, log *slog.Logger, cfg config.Config, env []
 		return nil, fmt.Errorf("AFFIDO_KUBE_VOLUME_SIZE: %w", err)
 	}
 	return kube.New(cs, kube.Config{
-		Namespace:     cfg.Kube.Namespace,
-		Stack:         cfg.Stack,
-		Image:         cfg.AgentImage,
-		GatewayURL:    cfg.GatewayURL,
-		GatewayIP:     gw,
-		CallerKeyHash: cfg.Kube.CallerKeyHash,
-		MemoryBytes:   cfg.SandboxMemory,
-		MilliCPU:      int64(cfg.SandboxCPUs * 1000),
-		StorageClass:  cfg.Kube.StorageClass,
-		VolumeSize:    size,
-		Env:           env,
+		Namespace:        cfg.Kube.SandboxNamespace,
+		ControlNamespace: cfg.Kube.Namespace,
+		Stack:            cfg.Stack,
+		Image:            cfg.AgentImage,
+		GatewayURL:       cfg.GatewayURL,
+		GatewayIP:        gw,
+		CallerKeyHash:    cfg.Kube.CallerKeyHash,
+		MemoryBytes:      cfg.SandboxMemory,
+		MilliCPU:         int64(cfg.SandboxCPUs * 1000),
+		StorageClass:     cfg.Kube.StorageClass,
+		VolumeSize:       size,
+		Env:              env,
 	})
 }

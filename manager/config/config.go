@@ -72,13 +72,14 @@ type Config struct {
 
 // Kube is what the kubernetes runtime needs besides the common settings.
 type Kube struct {
-	Namespace      string       // AFFIDO_KUBE_NAMESPACE: where the sandboxes' objects live
-	Kubeconfig     string       // AFFIDO_KUBECONFIG: a kubeconfig file; empty: in-cluster
-	PodCIDR        netip.Prefix // AFFIDO_KUBE_POD_CIDR: the cluster's pod range (Caddy dials only into it)
-	StorageClass   string       // AFFIDO_KUBE_STORAGE_CLASS: of the sandboxes' claims; empty: the default class
-	VolumeSize     string       // AFFIDO_KUBE_VOLUME_SIZE: of each claim
-	GatewayService string       // AFFIDO_KUBE_GATEWAY_SERVICE: Caddy's gateway Service, "gateway" in the Pods
-	CallerKeyHash  string       // AFFIDO_KUBE_CALLER_KEY_SHA256: hex sha256 of the key Caddy sends sandboxes; the agents answer nothing else
+	Namespace        string       // AFFIDO_KUBE_NAMESPACE: the control plane's (the manager's, Caddy's, the Secrets')
+	SandboxNamespace string       // AFFIDO_KUBE_SANDBOX_NAMESPACE: the sandboxes' Pods, claims and NetworkPolicies, apart (default "<Namespace>-sandboxes")
+	Kubeconfig       string       // AFFIDO_KUBECONFIG: a kubeconfig file; empty: in-cluster
+	PodCIDR          netip.Prefix // AFFIDO_KUBE_POD_CIDR: the cluster's pod range (Caddy dials only into it)
+	StorageClass     string       // AFFIDO_KUBE_STORAGE_CLASS: of the sandboxes' claims; empty: the default class
+	VolumeSize       string       // AFFIDO_KUBE_VOLUME_SIZE: of each claim
+	GatewayService   string       // AFFIDO_KUBE_GATEWAY_SERVICE: Caddy's gateway Service, "gateway" in the Pods
+	CallerKeyHash    string       // AFFIDO_KUBE_CALLER_KEY_SHA256: hex sha256 of the key Caddy sends sandboxes; the agents answer nothing else
 }
 
 func list(s string) []string {
@@ -271,6 +272,10 @@ func Load() (Config, error) {
 			VolumeSize:     str("AFFIDO_KUBE_VOLUME_SIZE", "1Gi"),
 			GatewayService: str("AFFIDO_KUBE_GATEWAY_SERVICE", "affido-gateway"),
 			CallerKeyHash:  os.Getenv("AFFIDO_KUBE_CALLER_KEY_SHA256"),
+		}
+		c.Kube.SandboxNamespace = str("AFFIDO_KUBE_SANDBOX_NAMESPACE", c.Kube.Namespace+"-sandboxes")
+		if c.Kube.SandboxNamespace == c.Kube.Namespace {
+			errs = append(errs, fmt.Errorf("AFFIDO_KUBE_SANDBOX_NAMESPACE: the sandboxes need a namespace apart from the control plane's (%q)", c.Kube.Namespace))
 		}
 		cidr, err := netip.ParsePrefix(os.Getenv("AFFIDO_KUBE_POD_CIDR"))
 		if err != nil {

@@ -80,3 +80,24 @@ func TestApprovalTTLAndWebSpend(t *testing.T) {
 		t.Fatalf("%v: ttl %v, search price %d", err, c.ApprovalTTL, c.WebPrices.Search)
 	}
 }
+
+// On Kubernetes the sandboxes live in a namespace of their own, by default
+// the control plane's with "-sandboxes", and never in the control plane's.
+func TestKubernetesSandboxNamespace(t *testing.T) {
+	t.Setenv("AFFIDO_RUNTIME", "kubernetes")
+	t.Setenv("AFFIDO_KUBE_POD_CIDR", "10.244.0.0/16")
+	t.Setenv(sandboxapi.EnvControlKey, strings.Repeat("k", sandboxapi.MinControlKeyLen))
+	t.Setenv("AFFIDO_KUBE_CALLER_KEY_SHA256", sandboxapi.CallerKeyHash("a caller key of thirty-two bytes!"))
+	t.Setenv("AFFIDO_KUBE_NAMESPACE", "acme")
+	c, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kube.Namespace != "acme" || c.Kube.SandboxNamespace != "acme-sandboxes" {
+		t.Fatalf("namespaces %q and %q, want acme and acme-sandboxes", c.Kube.Namespace, c.Kube.SandboxNamespace)
+	}
+	t.Setenv("AFFIDO_KUBE_SANDBOX_NAMESPACE", "acme")
+	if _, err := config.Load(); err == nil || !strings.Contains(err.Error(), "AFFIDO_KUBE_SANDBOX_NAMESPACE") {
+		t.Fatalf("the sandboxes in the control plane's namespace: %v, want an error naming AFFIDO_KUBE_SANDBOX_NAMESPACE", err)
+	}
+}

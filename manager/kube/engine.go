@@ -1,9 +1,10 @@
 // Package kube runs sandboxes on Kubernetes: per sandbox one Pod with the
 // hardened securityContext, two PersistentVolumeClaims (/data and
 // /workspace) and a NetworkPolicy that lets only Caddy in and the agent out
-// only to Caddy's gateway. All of a stack's objects live in one namespace
-// and are told apart by labels (see names.go for why not a namespace per
-// user).
+// only to Caddy's gateway. All of a stack's sandboxes live in one
+// namespace of their own, apart from the control plane's (the manager,
+// Caddy, the Secrets), and are told apart by labels (see names.go for why
+// not a namespace per user).
 //
 // Kubernetes has no pause: Engine implements lifecycle.Engine but neither
 // lifecycle.Pauser nor lifecycle.Networks, so the lifecycle stops a
@@ -34,7 +35,11 @@ var ErrNotRunning = errors.New("pod is not running")
 
 // Config describes the sandboxes an Engine creates.
 type Config struct {
-	Namespace string // where every object of the stack lives
+	Namespace string // where the sandboxes' objects live: the sandbox namespace
+	// ControlNamespace is where Caddy runs: the only Pods a sandbox's
+	// NetworkPolicy lets in and out. Empty: Namespace (one namespace for all,
+	// as in the contract tests).
+	ControlNamespace string
 	Stack     string // name prefix and affido.stack label
 	Image     string // agent image
 	// PullPolicy of the agent image: IfNotPresent by default.
@@ -62,6 +67,9 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
+	if c.ControlNamespace == "" {
+		c.ControlNamespace = c.Namespace
+	}
 	if c.AgentPort == 0 {
 		c.AgentPort = 8080
 	}

@@ -129,13 +129,19 @@ func (c Config) Claims(n lifecycle.Names) []*corev1.PersistentVolumeClaim {
 	return out
 }
 
-// Policy isolates the sandbox's Pod: in, only Caddy's Pods on the agent's
-// port; out, only Caddy's Pods on the gateway port (the Pod resolves
-// "gateway" from its hosts file, so it needs no DNS).
+// Policy isolates the sandbox's Pod: in, only Caddy's Pods (in the control
+// namespace) on the agent's port; out, only Caddy's Pods on the gateway
+// port (the Pod resolves "gateway" from its hosts file, so it needs no
+// DNS). It opens a hole in the sandbox namespace's default deny
+// (deploy/kubernetes/policies.yaml) for one Pod; a Pod it does not select
+// stays shut.
 func (c Config) Policy(n lifecycle.Names) *netv1.NetworkPolicy {
 	c.defaults()
 	tcp := corev1.ProtocolTCP
-	caddy := []netv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: c.CaddyLabels}}}
+	caddy := []netv1.NetworkPolicyPeer{{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: c.ControlNamespace}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: c.CaddyLabels},
+	}}
 	return &netv1.NetworkPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: c.meta(policyName(n), n),

@@ -17,7 +17,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 func testConfig() Config {
-	c := Config{Namespace: "affido-sandboxes", Stack: "affido", Image: "affido/agent:dev",
+	c := Config{Namespace: "affido-sandboxes", ControlNamespace: "affido", Stack: "affido", Image: "affido/agent:dev",
 		GatewayURL: "http://gateway:8088", GatewayIP: netip.MustParseAddr("10.96.0.88"), CallerKeyHash: sandboxapi.CallerKeyHash("golden caller key"),
 		MemoryBytes: 512 << 20, MilliCPU: 1000, StorageClass: "standard", VolumeSize: resource.MustParse("2Gi"),
 		Env: []string{"AFFIDO_MODEL=fake/echo"}}
