@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,46 +19,25 @@ import (
 	"github.com/affido/affido/manager/lifecycle"
 )
 
-// The manager's Role (deploy/kubernetes/rbac.yaml) is enough for all the
-// engine does, and the API server enforces it: the engine runs here as the
-// manager's service account, with its informer, through a sandbox's whole
-// life.
+// The manager's Roles (deploy/kubernetes/rbac.yaml) are enough for all the
+// engine does, and the API server enforces them: the engine runs here as
+// the manager's service account, with its informer, through a sandbox's
+// whole life in the sandbox namespace, under the admission policy and
+// beside the namespace's default deny, reading the gateway Service from
+// the control namespace.
 func TestManagerRoleSuffices(t *testing.T) {
 	cfg, cs := apiServer(t)
-	// The manifests' service account, Role, binding and gateway Service,
-	// made for real in a namespace of this test's own.
-	ns := namespace(t, cs, "baseline")
-	objs := pick(manifests(t), func(o *unstructured.Unstructured) bool {
-		return o.GetKind() == "ServiceAccount" || o.GetKind() == "Role" || o.GetKind() == "RoleBinding" ||
-			o.GetKind() == "Service" && o.GetName() == "affido-gateway"
-	})
-	apply(t, cfg, placeIn(objs, ns), false)
-	as := rest.CopyConfig(cfg)
-	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":affido-manager"}
-	mcs := kubernetes.NewForConfigOrDie(as)
+	st := newStack(t, cfg, cs)
+	apply(t, cfg, pick(manifests(t), isAdmission), false)
+	apply(t, cfg, st.place(pick(manifests(t), func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "NetworkPolicy"
+	})), false)
+	st.waitForPolicy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := mcs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		t.Fatal("the manager may read secrets")
-	}
-	// The API server's authorizer sees a new Role and binding a moment
-	// after they are made: ask until it does, within the deadline.
-	var svc *corev1.Service
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var err error
-		if svc, err = mcs.CoreV1().Services(ns).Get(ctx, "affido-gateway", metav1.GetOptions{}); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the manager cannot read the gateway Service: %v", err)
-		case <-tick.C:
-		}
-	}
+	mcs, svc, ns := st.manager, st.gateway, st.sandboxes
 	startKubelet(t, cs, ns)
-	eng, err := kube.New(mcs, kube.Config{Namespace: ns, Stack: "rbac", Image: "affido/agent:test",
+	eng, err := kube.New(mcs, kube.Config{Namespace: ns, ControlNamespace: st.control, Stack: "rbac", Image: "affido/agent:test",
 		GatewayIP: netip.MustParseAddr(svc.Spec.ClusterIP), CallerKeyHash: sandboxapi.CallerKeyHash("test caller key")})
 	if err != nil {
 		t.Fatal(err)
@@ -100,15 +80,100 @@ func TestManagerRoleSuffices(t *testing.T) {
 	}
 }
 
-// placeIn moves objs (and the subjects of a binding) into namespace ns.
-func placeIn(objs []*unstructured.Unstructured, ns string) []*unstructured.Unstructured {
-	for _, o := range objs {
-		o.SetNamespace(ns)
-		if subjects, ok := o.Object["subjects"].([]any); ok {
-			for _, sub := range subjects {
-				sub.(map[string]any)["namespace"] = ns
+// stack is the control plane's namespace and the sandboxes', made fresh
+// for one test, with the manifests' service account, Roles, bindings and
+// gateway Service in them, and a client that is the manager's service
+// account.
+type stack struct {
+	control, sandboxes string
+	manager            kubernetes.Interface
+	gateway            *corev1.Service
+}
+
+// newStack makes a stack and waits until the API server's authorizer sees
+// both of the manager's Roles (it sees a new binding a moment after it is
+// made).
+func newStack(t *testing.T, cfg *rest.Config, cs kubernetes.Interface) *stack {
+	t.Helper()
+	st := &stack{control: namespace(t, cs, "restricted"), sandboxes: namespace(t, cs, "baseline")}
+	apply(t, cfg, st.place(pick(manifests(t), func(o *unstructured.Unstructured) bool {
+		return o.GetKind() == "ServiceAccount" || o.GetKind() == "Role" || o.GetKind() == "RoleBinding" ||
+			o.GetKind() == "Service" && o.GetName() == "affido-gateway"
+	})), false)
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + st.control + ":affido-manager"}
+	st.manager = kubernetes.NewForConfigOrDie(as)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var err error
+		st.gateway, err = st.manager.CoreV1().Services(st.control).Get(ctx, "affido-gateway", metav1.GetOptions{})
+		if err == nil {
+			_, err = st.manager.CoreV1().Pods(st.sandboxes).List(ctx, metav1.ListOptions{})
+		}
+		if err == nil {
+			return st
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the manager cannot read the gateway Service or list the sandboxes' Pods: %v", err)
+		case <-tick.C:
+		}
+	}
+}
+
+// place moves objs from the manifests' namespaces to the stack's: their
+// own namespace, a binding's subjects', and a namespace named in a
+// NetworkPolicy's selector.
+func (st *stack) place(objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	to := map[string]string{"affido": st.control, "affido-sandboxes": st.sandboxes}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if s, ok := x.(string); ok && (k == "namespace" || k == corev1.LabelMetadataName) && to[s] != "" {
+					v[k] = to[s]
+					continue
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
 			}
 		}
 	}
+	for _, o := range objs {
+		walk(o.Object)
+	}
 	return objs
+}
+
+// waitForPolicy waits until the admission policy, compiled and bound in
+// the background, refuses the manager an unlabelled Pod in the sandbox
+// namespace (a dry run: nothing is stored).
+func (st *stack) waitForPolicy(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := st.manager.CoreV1().Pods(st.sandboxes).Create(ctx, pod("probe", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "labelled affido.managed=true") {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the admission policy does not hold: the last answer was %v", err)
+		case <-tick.C:
+		}
+	}
+}
+
+func isAdmission(o *unstructured.Unstructured) bool {
+	return o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "ValidatingAdmissionPolicyBinding"
 }
