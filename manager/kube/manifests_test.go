@@ -175,3 +175,46 @@ func TestManifestsShareTheCallerKey(t *testing.T) {
 		t.Errorf("the Caddy Deployment has %d replicas, want 2 or more", n)
 	}
 }
+
+// The manager's settings name the namespaces the manifests put things in:
+// itself, Caddy and the gateway Service in the control namespace; the
+// default deny and the Role that makes Pods in the sandbox namespace,
+// which the control plane's policies name as the sandboxes'.
+func TestManifestsAgreeOnTheNamespaces(t *testing.T) {
+	objs := manifests(t)
+	var settings map[string]any
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "affido-config" {
+			settings, _, _ = unstructured.NestedMap(o.Object, "data")
+		}
+	}
+	control, _ := settings["AFFIDO_KUBE_NAMESPACE"].(string)
+	sandboxes, _ := settings["AFFIDO_KUBE_SANDBOX_NAMESPACE"].(string)
+	if control == "" || sandboxes == "" || control == sandboxes {
+		t.Fatalf("affido-config names the namespaces %q and %q, want two", control, sandboxes)
+	}
+	where := map[string]bool{}
+	for _, o := range objs {
+		where[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = true
+	}
+	for _, want := range []string{
+		"Namespace//" + control, "Namespace//" + sandboxes,
+		"Deployment/" + control + "/affido-manager", "Deployment/" + control + "/affido-caddy",
+		"Service/" + control + "/affido-gateway", "ServiceAccount/" + control + "/affido-manager",
+		"Role/" + control + "/affido-manager", "Role/" + sandboxes + "/affido-manager",
+		"NetworkPolicy/" + sandboxes + "/default-deny",
+	} {
+		if !where[want] {
+			t.Errorf("the manifests have no %s", want)
+		}
+	}
+	for _, o := range objs {
+		if o.GetKind() == "NetworkPolicy" && o.GetName() == "affido-caddy" {
+			from, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
+			b, _ := yaml.Marshal(from)
+			if !bytes.Contains(b, []byte("kubernetes.io/metadata.name: "+sandboxes+"\n")) {
+				t.Errorf("Caddy's policy lets in no sandbox from %s:\n%s", sandboxes, b)
+			}
+		}
+	}
+}
