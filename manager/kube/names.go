@@ -13,9 +13,9 @@ import (
 // objects carry a key made from the sandbox name (key) in their names and
 // labels, and the sandbox name itself in an annotation.
 //
-// Why labels in one namespace rather than a namespace per user: the
-// manager then needs a Role in its sandbox namespace only, never the
-// cluster-wide right to create and delete namespaces; NetworkPolicies
+// Why labels in one sandbox namespace rather than a namespace per user:
+// the manager then needs a Role there (and one to read the gateway Service
+// in the control plane's), never the cluster-wide right to create and delete namespaces; NetworkPolicies
 // select single Pods by label just as well; and removing a user does not
 // wait on the namespace controller's finalizers.
 const (
