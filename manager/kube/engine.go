@@ -36,12 +36,12 @@ var ErrNotRunning = errors.New("pod is not running")
 // Config describes the sandboxes an Engine creates.
 type Config struct {
 	Namespace string // where the sandboxes' objects live: the sandbox namespace
+	Stack     string // name prefix and affido.stack label
+	Image     string // agent image
 	// ControlNamespace is where Caddy runs: the only Pods a sandbox's
 	// NetworkPolicy lets in and out. Empty: Namespace (one namespace for all,
 	// as in the contract tests).
 	ControlNamespace string
-	Stack     string // name prefix and affido.stack label
-	Image     string // agent image
 	// PullPolicy of the agent image: IfNotPresent by default.
 	PullPolicy string
 	AgentPort  uint16 // the agent's port in its Pod (8080)
