@@ -52,32 +52,27 @@ func TestManagerCannotTouchTheControlPlane(t *testing.T) {
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "more"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "admin"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "affido-manager", Namespace: st.control}}}
-	for _, c := range []struct {
+	type attempt struct {
 		what string
 		try  func() error
-	}{
+	}
+	var secrets []attempt
+	for _, ns := range []string{st.control, st.sandboxes} {
+		secrets = append(secrets, attempt{"read a Secret in " + ns, func() error {
+			_, err := m.CoreV1().Secrets(ns).Get(ctx, "affido-control", metav1.GetOptions{})
+			return err
+		}}, attempt{"list the Secrets in " + ns, func() error {
+			_, err := m.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+			return err
+		}})
+	}
+	for _, c := range append(secrets, []attempt{
 		{"create the agent's Pod in the control namespace", func() error {
 			_, err := m.CoreV1().Pods(st.control).Create(ctx, kcfg.Pod(n), metav1.CreateOptions{})
 			return err
 		}},
 		{"list the control namespace's Pods", func() error {
 			_, err := m.CoreV1().Pods(st.control).List(ctx, metav1.ListOptions{})
-			return err
-		}},
-		{"read a Secret in the control namespace", func() error {
-			_, err := m.CoreV1().Secrets(st.control).Get(ctx, "affido-control", metav1.GetOptions{})
-			return err
-		}},
-		{"list the Secrets in the control namespace", func() error {
-			_, err := m.CoreV1().Secrets(st.control).List(ctx, metav1.ListOptions{})
-			return err
-		}},
-		{"read a Secret in the sandbox namespace", func() error {
-			_, err := m.CoreV1().Secrets(st.sandboxes).Get(ctx, "affido-control", metav1.GetOptions{})
-			return err
-		}},
-		{"list the Secrets in the sandbox namespace", func() error {
-			_, err := m.CoreV1().Secrets(st.sandboxes).List(ctx, metav1.ListOptions{})
 			return err
 		}},
 		{"open the NetworkPolicy that guards Caddy", func() error {
@@ -115,7 +110,7 @@ func TestManagerCannotTouchTheControlPlane(t *testing.T) {
 			_, err = m.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
 			return err
 		}},
-	} {
+	}...) {
 		if err := c.try(); !apierrors.IsForbidden(err) {
 			t.Errorf("the manager may %s: %v, want forbidden", c.what, err)
 		}
