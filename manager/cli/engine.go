@@ -60,8 +60,9 @@ func engine(ctx context.Context, log *slog.Logger, cfg config.Config) (lifecycle
 }
 
 // kubeEngine connects to the cluster (AFFIDO_KUBECONFIG, or in-cluster)
-// and finds the address of Caddy's gateway Service, which the sandbox Pods
-// reach as "gateway" without DNS.
+// and finds the address of Caddy's gateway Service in the control
+// namespace, which the sandbox Pods, in their own namespace, reach as
+// "gateway" without DNS.
 func kubeEngine(ctx context.Context, log *slog.Logger, cfg config.Config, env []string) (*kube.Engine, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kube.Kubeconfig)
 	if err != nil {
