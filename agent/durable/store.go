@@ -264,8 +264,8 @@ func (s *Store) Commit(ctx context.Context, w Writes) error {
 		}
 		for _, u := range w.Usage {
 			if err := tx.Run(ctx, `INSERT INTO usage (conversation_id, kind, name, input_tokens, output_tokens, calls) VALUES (?, ?, ?, ?, ?, ?)
-				ON CONFLICT (conversation_id, kind, name) DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,
-				output_tokens = output_tokens + excluded.output_tokens, calls = calls + excluded.calls`,
+				ON CONFLICT (conversation_id, kind, name) DO UPDATE SET input_tokens = usage.input_tokens + excluded.input_tokens,
+				output_tokens = usage.output_tokens + excluded.output_tokens, calls = usage.calls + excluded.calls`,
 				u.ConversationID, u.Kind, u.Name, u.InputTokens, u.OutputTokens, u.Calls); err != nil {
 				return err
 			}
@@ -657,7 +657,7 @@ func (s *Store) RenameConversation(ctx context.Context, id int64, title string) 
 	if _, err := s.Conversation(ctx, id); err != nil {
 		return err
 	}
-	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.title', ?) WHERE id = ?`, title, id)
+	return s.db.Run(ctx, setTitle.in(s.db), title, id)
 }
 
 // ArchiveConversation puts a conversation away, or back (ErrNotFound if
@@ -670,9 +670,9 @@ func (s *Store) ArchiveConversation(ctx context.Context, id int64, archived bool
 		return err
 	}
 	if !archived {
-		return s.db.Run(ctx, `UPDATE conversations SET record = json_remove(record, '$.archived') WHERE id = ?`, id)
+		return s.db.Run(ctx, clearArchived.in(s.db), id)
 	}
-	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.archived', json('true')) WHERE id = ?`, id)
+	return s.db.Run(ctx, setArchived.in(s.db), id)
 }
 
 // RunInput returns the input of the submission a run (a generation task)
