@@ -239,6 +239,10 @@ func (d *DB) attempt(ctx context.Context, conn *pgx.Conn, fn func(tx durable.Exe
 			}
 			return
 		}
+		if conn.IsClosed() { // dropped before COMMIT: nothing is stored, and Transaction runs it again
+			err = errors.New("postgres: the connection dropped before COMMIT")
+			return
+		}
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 		defer cancel()
 		if cerr := pgTx.Commit(fctx); cerr != nil {
