@@ -99,7 +99,6 @@ func Run(ctx context.Context, args []string) error {
 		DisableFlagParsing: true,
 		RunE:               func(_ *cobra.Command, args []string) error { return runner.ExecLimited(args) },
 	})
-	root.AddCommand(migrateStorageCommand())
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }
@@ -204,10 +203,6 @@ func serve(ctx context.Context) error {
 	if err != nil || approvalTTL <= 0 {
 		return fmt.Errorf("%s: want a positive duration such as 168h, got %q", sandboxapi.EnvApprovalTTL, os.Getenv(sandboxapi.EnvApprovalTTL))
 	}
-	openDB, err := openDBFunc()
-	if err != nil {
-		return err
-	}
 	gatewayURL := env(sandboxapi.EnvGatewayURL, "http://gateway:8088")
 	model := modelclient.New(gatewayURL+gatewayapi.Prefix, id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
@@ -215,7 +210,6 @@ func serve(ctx context.Context) error {
 		Identity:      id,
 		Workspace:     ws,
 		SessionDB:     sessionDB,
-		OpenDB:        openDB,
 		Caller:        caller,
 		CallerKeyHash: callerKey,
 		Quota:         quota,

@@ -29,9 +29,6 @@ type Config struct {
 	// the status cache.
 	User         func() string
 	SessionDB    string // main's database; its directory also holds the status cache and the other agents' storage
-	// OpenDB opens agent a's storage for user; nil is SQLite at path (see
-	// dbPath). AFFIDO_AGENT_STORAGE=postgres sets it (agent/cli).
-	OpenDB func(ctx context.Context, user string, a agents.Agent, path string) (durable.DB, error)
 	Model        durable.Model
 	DefaultModel string
 	Harness      durable.Options // Model and DefaultModel are filled from above

@@ -144,17 +144,7 @@ func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) 
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("make the storage of agent %s: %w", a.Name, err)
 	}
-	var db durable.DB
-	var err error
-	if s.cfg.OpenDB != nil {
-		user := ""
-		if s.cfg.User != nil {
-			user = s.cfg.User()
-		}
-		db, err = s.cfg.OpenDB(ctx, user, a, path)
-	} else {
-		db, err = sqlite.Open(ctx, path)
-	}
+	db, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}

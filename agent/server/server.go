@@ -63,7 +63,6 @@ type Config struct {
 	// Identity is whom the sandbox belongs to (required); POST /claim sets it.
 	Identity     *identity.Store
 	SessionDB    string // the SQLite file; its directory also holds the status cache and the corpus
-	OpenDB       func(ctx context.Context, user string, a agents.Agent, path string) (durable.DB, error) // host.Config.OpenDB
 	Workspace    string
 	Model        durable.Model
 	DefaultModel string
@@ -137,7 +136,7 @@ func New(cfg Config) *Server {
 		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Model: cfg.Model,
 			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
 			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval, OnAnswer: cfg.OnAnswer,
-			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools, OpenDB: cfg.OpenDB})
+			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools})
 	}
 	return s
 }

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -29,13 +27,6 @@ func migrations() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// AgentSchema is the schema of a user's agent in a database shared by
-// many: a hash, so any user and agent id make a valid, short identifier.
-func AgentSchema(user, agentID string) string {
-	sum := sha256.Sum256([]byte(user + "/" + agentID))
-	return "agent_" + hex.EncodeToString(sum[:12])
 }
 
 // Migrate brings the agent's schema in dsn to the version this build
