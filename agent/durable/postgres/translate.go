@@ -12,23 +12,13 @@ import (
 // indexes, LIMIT, excluded.) is the same in both.
 func translate(q string) string {
 	var b strings.Builder
-	n := 0
-	var quote rune
-	for _, c := range q {
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == '?':
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(c)
+	last := 0
+	for n, at := range unquoted(q, '?') {
+		b.WriteString(q[last:at])
+		b.WriteString("$" + strconv.Itoa(n+1))
+		last = at + 1
 	}
+	b.WriteString(q[last:])
 	out := b.String()
 	if insertOrIgnore.MatchString(out) {
 		out = insertOrIgnore.ReplaceAllString(out, "${1}INSERT INTO") + " ON CONFLICT DO NOTHING"
@@ -42,27 +32,33 @@ var insertOrIgnore = regexp.MustCompile(`(?i)^(\s*)INSERT\s+OR\s+IGNORE\s+INTO`)
 // empty ones.
 func split(q string) []string {
 	var out []string
-	var quote rune
 	start := 0
-	for i, c := range q {
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == ';':
-			if s := strings.TrimSpace(q[start:i]); s != "" {
-				out = append(out, s)
-			}
-			start = i + 1
+	for _, end := range append(unquoted(q, ';'), len(q)) {
+		if s := strings.TrimSpace(q[start:end]); s != "" {
+			out = append(out, s)
 		}
-	}
-	if s := strings.TrimSpace(q[start:]); s != "" {
-		out = append(out, s)
+		start = end + 1
 	}
 	return out
+}
+
+// unquoted returns the byte offsets of c in q outside '…' and "…".
+func unquoted(q string, c rune) []int {
+	var at []int
+	var quote rune
+	for i, r := range q {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			}
+		case r == '\'' || r == '"':
+			quote = r
+		case r == c:
+			at = append(at, i)
+		}
+	}
+	return at
 }
 
 // isDDL reports whether statement q would change the schema or the
