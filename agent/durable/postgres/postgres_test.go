@@ -364,3 +364,56 @@ func TestMigrationFilesMatchTheSchemaVersion(t *testing.T) {
 		t.Fatalf("the files migrate to %v (%v), the build writes version %d", row["version"], err, durable.SchemaVersion)
 	}
 }
+
+// The statements spelled per dialect (dialect.go): search over the
+// owner's and the model's words, JSON edits of a conversation, deleting a
+// conversation from the search too.
+func TestDialectStatements(t *testing.T) {
+	s := mustStore(t, schemaFor(t), postgres.Options{})
+	convID, err := s.MintID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := durable.Writes{Conversations: []durable.Conversation{{ID: convID, CreatedAt: time.Now().UTC()}}}
+	if err := s.Commit(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	add := func(kind durable.EntryKind, text string) {
+		w := message(t, s, text)
+		w.Entries[0].ConversationID, w.Entries[0].Kind = convID, kind
+		if err := s.Commit(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(durable.OwnerMessage, "Hello world from Postgres, nul\x00inside")
+	add(durable.AssistantMessage, "Another reply to the world")
+	add(durable.OutsideText, "world of outside text, never searched")
+	for q, want := range map[string]int{"world": 2, "hel": 1, "postgres HELLO": 1, "wor": 2, "nothing": 0, "outside": 0} {
+		hits, err := s.Search(ctx, q, 10)
+		if err != nil || len(hits) != want {
+			t.Errorf("search %q: %d hits (%v), want %d", q, len(hits), err, want)
+		}
+	}
+	if err := s.RenameConversation(ctx, convID, `a "quoted" title`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ArchiveConversation(ctx, convID, true); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Conversation(ctx, convID)
+	if err != nil || c.Title != `a "quoted" title` || !c.Archived {
+		t.Fatalf("after rename and archive: %+v (%v)", c, err)
+	}
+	if err := s.ArchiveConversation(ctx, convID, false); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Conversation(ctx, convID); err != nil || c.Archived || c.Title == "" {
+		t.Fatalf("after unarchive: %+v (%v)", c, err)
+	}
+	if err := s.DeleteConversation(ctx, convID); err != nil {
+		t.Fatal(err)
+	}
+	if hits, err := s.Search(ctx, "world", 10); err != nil || len(hits) != 0 {
+		t.Fatalf("search after delete: %d hits (%v)", len(hits), err)
+	}
+}
