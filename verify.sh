@@ -128,14 +128,15 @@ step_k8s() {
 }
 
 # start_test_postgres runs a throwaway Postgres for the unit tests that need
-# one (AFFIDO_TEST_POSTGRES_DSN): Debian's binaries, on a unix socket in a
+# one (AFFIDO_TEST_POSTGRES_DSN: the registry's, and the agent storage's
+# conformance and crash suites): Debian's binaries, on a unix socket in a
 # directory of its own, no TCP, as nobody when run as root (Postgres
 # refuses root). Without the binaries those tests skip, and say so.
 start_test_postgres() {
   local bin as=()
   bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
   if [[ -z $bin || ! -x $bin/initdb ]]; then
-    echo "==> no Postgres binaries (Debian's postgresql): the registry's Postgres unit tests skip"
+    echo "==> no Postgres binaries (Debian's postgresql): the Postgres unit tests (registry, agent storage) skip"
     return 0
   fi
   PG_DIR=$(mktemp -d /tmp/affido-verify-pg.XXXXXX)
@@ -151,7 +152,7 @@ start_test_postgres() {
     PG_STOP=("${as[@]}" "$bin/pg_ctl" -D "$PG_DIR/data" -m immediate stop)
     echo "==> a throwaway Postgres for the unit tests ($bin, socket in $PG_DIR)"
   else
-    echo "==> the throwaway Postgres did not start (see $LOG/postgres.log): the registry's Postgres unit tests skip"
+    echo "==> the throwaway Postgres did not start (see $LOG/postgres.log): the Postgres unit tests (registry, agent storage) skip"
   fi
 }
 

@@ -67,7 +67,7 @@ func (h *Harness) commitLocked(ctx context.Context, self int64, w Writes, read .
 // call the harness.
 func (h *Harness) Update(ctx context.Context, id int64, change func(Task) (*Task, error)) (Task, error) {
 	if h.Closed() {
-		return Task{}, fmt.Errorf("harness: %w", ErrClosed)
+		return Task{}, h.closedErr()
 	}
 	h.commitMu.Lock()
 	t, err := h.store.Task(ctx, id)

@@ -28,6 +28,35 @@ var ErrNested = errors.New("call on the DB from inside its own transaction")
 // ErrNoRows is returned by Get when the query matched nothing.
 var ErrNoRows = errors.New("no rows")
 
+// ErrLeaseLost is returned by a write of a DB whose writer lease another
+// process took: nothing of it is stored, and nothing after it will be.
+// The harness stops; the new holder continues from the last commit.
+var ErrLeaseLost = errors.New("the storage lease was taken by another process")
+
+// ErrCommitUnknown is returned when the connection dropped during COMMIT:
+// the transaction may or may not be stored. The harness treats it as a
+// crash: it stops, and the store is reopened and recovered.
+var ErrCommitUnknown = errors.New("the connection dropped during COMMIT: the outcome is unknown")
+
+// Fatal reports whether err ends the store's life: after it, no write of
+// this process may be trusted to be (or not be) stored.
+func Fatal(err error) bool {
+	return errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrCommitUnknown)
+}
+
+// Dialect is the SQL a DB speaks where SQLite's and Postgres's differ: the
+// schema (see migrate) and the few statements in dialect.go. Everything
+// else the store writes is the same text on both.
+type Dialect int
+
+const (
+	// SQLite applies the migrations in schema.go at open.
+	SQLite Dialect = iota
+	// Postgres takes its schema only from migration files its deploy
+	// applies (durable/postgres/migrations); opening checks the version.
+	Postgres
+)
+
 // Row is one result row, by column name. Integers come back as int64, text
 // as string, blobs as []byte, NULL as nil.
 type Row map[string]any
@@ -59,8 +88,12 @@ type Executor interface {
 //   - NULL, blobs, long text and integers up to MaxID round-trip exactly.
 //   - After Close, every call fails with an error wrapping ErrClosed;
 //     closing again is a no-op.
+//   - A DB shared with other processes fences its writes: once another
+//     process holds the database, every write fails with ErrLeaseLost.
+//     A commit whose outcome is unknown fails with ErrCommitUnknown.
 type DB interface {
 	Executor
 	Transaction(ctx context.Context, fn func(tx Executor) error) error
+	Dialect() Dialect
 	Close() error
 }

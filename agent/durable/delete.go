@@ -38,12 +38,10 @@ func (s *Store) DeleteConversation(ctx context.Context, id int64) error {
 		if row["n"].(int64) > 0 {
 			return fmt.Errorf("conversation %d: %w", id, ErrLiveWork)
 		}
-		// The search index forgets the entries too (a contentless FTS5
-		// table deletes a row given the text it indexed).
-		if err := tx.Run(ctx, `INSERT INTO entries_fts (entries_fts, rowid, text)
-			SELECT 'delete', id, json_extract(record, '$.text') FROM entries
-			WHERE conversation_id = ? AND kind IN ('owner_message', 'assistant_message') AND coalesce(json_extract(record, '$.text'), '') <> ''`, id); err != nil {
-			return fmt.Errorf("delete conversation %d: its search index: %w", id, err)
+		if q := forgetSearch.in(s.db); q != "" {
+			if err := tx.Run(ctx, q, id); err != nil {
+				return fmt.Errorf("delete conversation %d: its search index: %w", id, err)
+			}
 		}
 		for _, table := range []string{"entries", "tasks", "submissions", "usage"} {
 			if err := tx.Run(ctx, `DELETE FROM `+table+` WHERE conversation_id = ?`, id); err != nil {

@@ -235,7 +235,31 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 		}
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	go h.stopOnFailure()
 	return h, nil
+}
+
+// stopOnFailure closes the harness when its store fails (another process
+// took the lease, or a commit's outcome is unknown): nothing this process
+// writes can be trusted to land any more. It is a crash, as far as the
+// work is concerned: the next holder, or this host reopening, recovers
+// from the last commit.
+func (h *Harness) stopOnFailure() {
+	select {
+	case <-h.ctx.Done():
+	case <-h.store.Failed():
+		h.opts.Log.Error("durable: the storage failed; the harness stops", "err", h.store.Err())
+		_ = h.Close()
+	}
+}
+
+// closedErr is the error of a call on a closed harness: ErrClosed, and
+// the store's failure if that closed it.
+func (h *Harness) closedErr() error {
+	if err := h.store.Err(); err != nil {
+		return fmt.Errorf("harness: %w: %w", ErrClosed, err)
+	}
+	return fmt.Errorf("harness: %w", ErrClosed)
 }
 
 // Store returns the harness's store.
@@ -622,7 +646,7 @@ func (h *Harness) unanswered(t Task, reason string) []Submission {
 // submission and admits nothing.
 func (h *Harness) Submit(ctx context.Context, conv int64, in Input) (Submission, error) {
 	if h.Closed() {
-		return Submission{}, fmt.Errorf("harness: %w", ErrClosed)
+		return Submission{}, h.closedErr()
 	}
 	if in.RequestID != "" {
 		if sub, err := h.store.SubmissionByRequest(ctx, conv, in.RequestID); err == nil {
@@ -766,7 +790,7 @@ func (h *Harness) waitSubmission(ctx context.Context, id int64, orWaiting bool) 
 			return sub, ctx.Err()
 		case <-c:
 		case <-h.ctx.Done():
-			return sub, fmt.Errorf("harness: %w", ErrClosed)
+			return sub, h.closedErr()
 		}
 	}
 }

@@ -101,8 +101,18 @@ var SchemaVersion = len(migrations)
 // ErrSchemaTooNew is returned for a database written by newer code.
 var ErrSchemaTooNew = errors.New("database schema is newer than this build")
 
-// migrate brings db to version target (SchemaVersion in production).
+// ErrSchemaTooOld is returned when a database whose schema comes from
+// migration files (Postgres) is behind this build: the error names the
+// migration the deploy must apply.
+var ErrSchemaTooOld = errors.New("database schema is older than this build")
+
+// migrate brings db to version target (SchemaVersion in production). A
+// Postgres database is only checked: its schema comes from migration
+// files, and the facade refuses DDL at run time.
 func migrate(ctx context.Context, db DB, target int) error {
+	if db.Dialect() == Postgres {
+		return checkSchema(ctx, db, target)
+	}
 	return db.Transaction(ctx, func(tx Executor) error {
 		if err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS durable_schema (
 			singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
@@ -134,4 +144,19 @@ func migrate(ctx context.Context, db DB, target int) error {
 		}
 		return nil
 	})
+}
+
+// checkSchema fails unless db's schema is at version target.
+func checkSchema(ctx context.Context, db DB, target int) error {
+	row, err := db.Get(ctx, `SELECT version FROM durable_schema WHERE singleton = 1`)
+	if err != nil {
+		return fmt.Errorf("%w: no schema version (%w): apply the agent's migrations from 0001 to %04d", ErrSchemaTooOld, err, target)
+	}
+	switch current := int(row["version"].(int64)); {
+	case current > len(migrations):
+		return fmt.Errorf("%w: the database is at version %d, this build knows up to %d", ErrSchemaTooNew, current, len(migrations))
+	case current < target:
+		return fmt.Errorf("%w: the database is at version %d, this build needs %d: apply migration %04d", ErrSchemaTooOld, current, target, current+1)
+	}
+	return nil
 }

@@ -38,13 +38,7 @@ func (s *Store) Search(ctx context.Context, q string, limit int) ([]Hit, error) 
 	if len(words) == 0 {
 		return []Hit{}, nil
 	}
-	terms := make([]string, len(words))
-	for i, w := range words {
-		terms[i] = `"` + w + `"`
-	}
-	terms[len(terms)-1] += "*"
-	rows, err := s.db.All(ctx, `SELECT e.record FROM entries_fts f JOIN entries e ON e.id = f.rowid
-		WHERE entries_fts MATCH ? ORDER BY e.id DESC LIMIT ?`, strings.Join(terms, " "), limit)
+	rows, err := s.db.All(ctx, searchEntries.in(s.db), searchQuery(s.db, words), limit)
 	if err != nil {
 		return nil, err
 	}

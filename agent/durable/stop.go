@@ -23,7 +23,7 @@ const StoppedByOwner = "stopped by the owner"
 // ErrRunEnded when it has ended.
 func (h *Harness) Stop(ctx context.Context, id int64) (Task, error) {
 	if h.Closed() {
-		return Task{}, fmt.Errorf("harness: %w", ErrClosed)
+		return Task{}, h.closedErr()
 	}
 	h.commitMu.Lock()
 	t, err := h.store.Task(ctx, id)

@@ -27,6 +27,10 @@ var ErrNotFound = errors.New("not found")
 type Store struct {
 	db DB
 
+	failOnce sync.Once
+	failed   chan struct{} // closed at the first fatal error
+	fatal    error         // that error (ErrLeaseLost, ErrCommitUnknown); read once failed is closed
+
 	mu       sync.Mutex
 	nextID   int64 // the next ID of the reserved block
 	blockEnd int64 // first ID past the reserved block
@@ -47,7 +51,8 @@ func OpenStore(ctx context.Context, db DB) (*Store, error) {
 		return nil, fmt.Errorf("open store: read metadata: %w", err)
 	}
 	next := row["next_id"].(int64)
-	s := &Store{db: db, nextID: next, blockEnd: next} // no block reserved yet
+	s := &Store{nextID: next, blockEnd: next, failed: make(chan struct{})} // no block reserved yet
+	s.db = fencedDB{DB: db, s: s}
 	if _, err := s.Conversation(ctx, RootConversation); errors.Is(err, ErrNotFound) {
 		if err := s.Commit(ctx, Writes{Conversations: []Conversation{{ID: RootConversation, CreatedAt: time.Now().UTC()}}}); err != nil {
 			return nil, fmt.Errorf("open store: create root conversation: %w", err)
@@ -76,7 +81,57 @@ func (s *Store) check() error {
 	if s.closed {
 		return fmt.Errorf("store: %w", ErrClosed)
 	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
 	return nil
+}
+
+// fail ends the store's writing life at a fatal error (see Fatal): from
+// now on every call fails with it, and Failed is closed.
+func (s *Store) fail(err error) {
+	s.failOnce.Do(func() { // not under mu: MintID holds it while it writes
+		s.fatal = err
+		close(s.failed)
+	})
+}
+
+// Failed is closed when a write failed in a way that ends the store
+// (another process took the lease, or a commit's outcome is unknown); Err
+// then says which. The harness stops on it.
+func (s *Store) Failed() <-chan struct{} { return s.failed }
+
+// Err is the error that closed Failed, or nil.
+func (s *Store) Err() error {
+	select {
+	case <-s.failed:
+		return s.fatal
+	default:
+		return nil
+	}
+}
+
+// fencedDB is the store's DB: a write whose error is fatal fails the store.
+type fencedDB struct {
+	DB
+	s *Store
+}
+
+func (f fencedDB) check(err error) error {
+	if Fatal(err) {
+		f.s.fail(err)
+	}
+	return err
+}
+
+func (f fencedDB) Exec(ctx context.Context, q string) error { return f.check(f.DB.Exec(ctx, q)) }
+
+func (f fencedDB) Run(ctx context.Context, q string, args ...any) error {
+	return f.check(f.DB.Run(ctx, q, args...))
+}
+
+func (f fencedDB) Transaction(ctx context.Context, fn func(tx Executor) error) error {
+	return f.check(f.DB.Transaction(ctx, fn))
 }
 
 // MintID returns a fresh ID. IDs are allocated in the database, a block at
@@ -87,6 +142,9 @@ func (s *Store) MintID() (int64, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return 0, fmt.Errorf("store: %w", ErrClosed)
+	}
+	if err := s.Err(); err != nil {
+		return 0, fmt.Errorf("store: %w", err)
 	}
 	if s.nextID > MaxID {
 		return 0, ErrIDExhausted
@@ -264,8 +322,8 @@ func (s *Store) Commit(ctx context.Context, w Writes) error {
 		}
 		for _, u := range w.Usage {
 			if err := tx.Run(ctx, `INSERT INTO usage (conversation_id, kind, name, input_tokens, output_tokens, calls) VALUES (?, ?, ?, ?, ?, ?)
-				ON CONFLICT (conversation_id, kind, name) DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,
-				output_tokens = output_tokens + excluded.output_tokens, calls = calls + excluded.calls`,
+				ON CONFLICT (conversation_id, kind, name) DO UPDATE SET input_tokens = usage.input_tokens + excluded.input_tokens,
+				output_tokens = usage.output_tokens + excluded.output_tokens, calls = usage.calls + excluded.calls`,
 				u.ConversationID, u.Kind, u.Name, u.InputTokens, u.OutputTokens, u.Calls); err != nil {
 				return err
 			}
@@ -657,7 +715,7 @@ func (s *Store) RenameConversation(ctx context.Context, id int64, title string) 
 	if _, err := s.Conversation(ctx, id); err != nil {
 		return err
 	}
-	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.title', ?) WHERE id = ?`, title, id)
+	return s.db.Run(ctx, setTitle.in(s.db), title, id)
 }
 
 // ArchiveConversation puts a conversation away, or back (ErrNotFound if
@@ -670,9 +728,9 @@ func (s *Store) ArchiveConversation(ctx context.Context, id int64, archived bool
 		return err
 	}
 	if !archived {
-		return s.db.Run(ctx, `UPDATE conversations SET record = json_remove(record, '$.archived') WHERE id = ?`, id)
+		return s.db.Run(ctx, clearArchived.in(s.db), id)
 	}
-	return s.db.Run(ctx, `UPDATE conversations SET record = json_set(record, '$.archived', json('true')) WHERE id = ?`, id)
+	return s.db.Run(ctx, setArchived.in(s.db), id)
 }
 
 // RunInput returns the input of the submission a run (a generation task)

@@ -91,6 +91,8 @@ func problemOf(err error) *problem.Error {
 		return problem.New(http.StatusConflict, "closed-by-tools", closed.Error()).Because(err)
 	case errors.As(err, &busy):
 		return problem.New(http.StatusConflict, "busy", busy.Why)
+	case durable.Fatal(err): // another process holds the agent's storage, or a commit's outcome is unknown
+		return problem.New(http.StatusServiceUnavailable, "storage-lost", "this process no longer holds the agent's storage; try again").Retry(1)
 	case errors.Is(err, host.ErrClosedMeanwhile):
 		return problem.New(http.StatusServiceUnavailable, "storage-closed", "storage closed meanwhile; try again")
 	case errors.Is(err, host.ErrUnavailable):

@@ -4,15 +4,12 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/internal/goid"
 )
 
 // DB is a SQLite database file.
@@ -116,7 +114,7 @@ type execer interface {
 }
 
 func (d *DB) lock() error {
-	if id := d.txOwner.Load(); id != 0 && id == goroutineID() {
+	if id := d.txOwner.Load(); id != 0 && id == goid.Current() {
 		return fmt.Errorf("sqlite: %w", durable.ErrNested) // it would wait for itself forever
 	}
 	d.mu.Lock()
@@ -174,7 +172,7 @@ func (d *DB) Transaction(ctx context.Context, fn func(tx durable.Executor) error
 		return fmt.Errorf("sqlite: begin: %w", err)
 	}
 	t := &tx{tx: sqlTx}
-	d.txOwner.Store(goroutineID())
+	d.txOwner.Store(goid.Current())
 	defer func() {
 		d.txOwner.Store(0)
 		t.done = true
@@ -194,6 +192,9 @@ func (d *DB) Transaction(ctx context.Context, fn func(tx durable.Executor) error
 	}()
 	return fn(t)
 }
+
+// Dialect is SQLite's: the store migrates the file itself.
+func (d *DB) Dialect() durable.Dialect { return durable.SQLite }
 
 // Close checkpoints the WAL into the database file and closes it.
 func (d *DB) Close() error {
@@ -306,19 +307,4 @@ func all(ctx context.Context, e execer, q string, args ...any) ([]durable.Row, e
 		return nil, fmt.Errorf("sqlite: rows: %w", err)
 	}
 	return out, nil
-}
-
-// goroutineID returns the calling goroutine's id, read from its stack
-// header ("goroutine N [..."). It serves one purpose: telling a nested call
-// from a transaction's own callback (refused) from a call of another
-// goroutine (which waits its turn).
-func goroutineID() uint64 {
-	var buf [32]byte
-	n := runtime.Stack(buf[:], false)
-	f := bytes.Fields(buf[:n])
-	if len(f) < 2 {
-		return 0
-	}
-	id, _ := strconv.ParseUint(string(f[1]), 10, 64)
-	return id
 }

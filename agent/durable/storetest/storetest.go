@@ -511,7 +511,8 @@ func secondStore(t *testing.T, open Opener, path string) {
 	}
 }
 
-// table makes a scratch table on a fresh DB.
+// table makes a scratch table on a fresh DB, in column types SQLite and
+// Postgres both know (BIGINT, TEXT, BYTEA).
 func table(t *testing.T, open Opener, path, cols string) durable.DB {
 	t.Helper()
 	db := mustOpen(t, open, path)
@@ -522,7 +523,7 @@ func table(t *testing.T, open Opener, path, cols string) durable.DB {
 }
 
 func nullRoundTrip(t *testing.T, open Opener, path string) {
-	db := table(t, open, path, `k INTEGER PRIMARY KEY, v TEXT`)
+	db := table(t, open, path, `k BIGINT PRIMARY KEY, v TEXT`)
 	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, ?)`, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +534,7 @@ func nullRoundTrip(t *testing.T, open Opener, path string) {
 }
 
 func blobRoundTrip(t *testing.T, open Opener, path string) {
-	db := table(t, open, path, `k INTEGER PRIMARY KEY, v BLOB`)
+	db := table(t, open, path, `k BIGINT PRIMARY KEY, v BYTEA`)
 	blob := make([]byte, 256*3)
 	for i := range blob {
 		blob[i] = byte(i)
@@ -549,7 +550,7 @@ func blobRoundTrip(t *testing.T, open Opener, path string) {
 }
 
 func largeText(t *testing.T, open Opener, path string) {
-	db := table(t, open, path, `k INTEGER PRIMARY KEY, v TEXT`)
+	db := table(t, open, path, `k BIGINT PRIMARY KEY, v TEXT`)
 	text := strings.Repeat("0123456789abcdéf", 4<<20/17)
 	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, ?)`, text); err != nil {
 		t.Fatal(err)
@@ -561,7 +562,7 @@ func largeText(t *testing.T, open Opener, path string) {
 }
 
 func bigIntegers(t *testing.T, open Opener, path string) {
-	db := table(t, open, path, `k INTEGER PRIMARY KEY, v INTEGER`)
+	db := table(t, open, path, `k BIGINT PRIMARY KEY, v BIGINT`)
 	for i, v := range []int64{0, -1, 1 << 40, durable.MaxID, durable.MaxID - 1} {
 		if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (?, ?)`, i, v); err != nil {
 			t.Fatal(err)
@@ -605,7 +606,7 @@ func cancelledTransaction(t *testing.T, open Opener, path string) {
 }
 
 func readersDuringWrite(t *testing.T, open Opener, path string) {
-	db := table(t, open, path, `k INTEGER PRIMARY KEY, v INTEGER`)
+	db := table(t, open, path, `k BIGINT PRIMARY KEY, v BIGINT`)
 	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, 0), (2, 0)`); err != nil {
 		t.Fatal(err)
 	}
@@ -655,7 +656,7 @@ func readersDuringWrite(t *testing.T, open Opener, path string) {
 }
 
 func concurrentWriters(t *testing.T, open Opener, path string) {
-	db := table(t, open, path, `k INTEGER PRIMARY KEY, v INTEGER`)
+	db := table(t, open, path, `k BIGINT PRIMARY KEY, v BIGINT`)
 	if err := db.Run(ctx, `INSERT INTO t (k, v) VALUES (1, 0)`); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,4 @@
+package postgres
+
+// MigrateTo migrates to a given version (a database behind this build).
+var MigrateTo = migrateTo
