@@ -100,6 +100,23 @@ step_docker_contract() {
   report_go "$LOG/contract-docker.log" "$rc" "the Docker contract suite"
 }
 
+# start_images builds the binaries and the stack's images in the
+# background (./dev.sh build: on a fresh machine mostly apt and debootstrap,
+# waiting on disk and network), so they overlap the unit tests; e2e's
+# ./dev.sh up then finds them built. A failure here is only logged: up
+# builds again and reports it.
+start_images() {
+  echo "==> ./dev.sh build (in the background; log $LOG/images.log)"
+  ./dev.sh build >"$LOG/images.log" 2>&1 &
+  IMAGES_PID=$!
+}
+
+wait_images() {
+  [[ -n ${IMAGES_PID:-} ]] || return 0
+  wait "$IMAGES_PID" || echo "==> the background image build failed (log $LOG/images.log); ./dev.sh up builds again"
+  IMAGES_PID=
+}
+
 # start_k8s_assets builds kube-apiserver and etcd in the background (once:
 # a no-op when the cache has them), so the first build overlaps the other
 # steps.
@@ -160,6 +177,7 @@ cleanup() {
   [[ ${#PG_STOP[@]} -eq 0 ]] || "${PG_STOP[@]}" >/dev/null 2>&1 || true
   [[ -z ${PG_DIR:-} ]] || rm -rf "$PG_DIR"
   [[ -z ${K8S_PID:-} ]] || kill "$K8S_PID" 2>/dev/null || true
+  [[ -z ${IMAGES_PID:-} ]] || kill "$IMAGES_PID" 2>/dev/null || true
   [[ ${#STRESS_PIDS[@]} -eq 0 ]] || kill "${STRESS_PIDS[@]}" 2>/dev/null || true
 }
 
@@ -176,6 +194,7 @@ start_stress() {
 
 STRESS_PIDS=()
 K8S_PID=
+IMAGES_PID=
 PG_DIR=
 PG_STOP=()
 trap cleanup EXIT
@@ -183,8 +202,10 @@ trap cleanup EXIT
 start_k8s_assets
 step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
 start_test_postgres
+[[ $quick == yes ]] || start_images
 step_unit
 if [[ $quick == no ]]; then
+  wait_images
   step_e2e
   step_docker_contract
 fi

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
@@ -38,20 +41,51 @@ func browser(t *testing.T) (context.Context, func()) {
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
 	// The first run starts the browser; it must have no deadline of its own.
-	if err := chromedp.Do(ctx); err != nil {
+	enable := chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+			return err
+		}
+		_, err := cdp.Call(ctx, tg, cdplog.Enable, cdp.Empty{})
+		return err
+	})
+	if err := chromedp.Do(ctx, enable); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
-	// The page's own errors and console, for a failing test's log.
+	// The page's own errors and console, and every request it made that
+	// did not end well or never ended, for a failing test's log.
 	var mu sync.Mutex
 	var pageLog []string
+	requests := map[network.RequestID]string{} // sent, not yet finished
 	_ = chromedp.Listen(ctx, func(ev any) {
 		var line string
 		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			mu.Lock()
+			requests[ev.RequestID] = time.Now().Format("15:04:05.000") + " " + ev.Request.Method + " " + ev.Request.URL
+			mu.Unlock()
+			return
+		case *network.EventResponseReceived:
+			if ev.Response.Status < 400 {
+				return
+			}
+			line = fmt.Sprintf("response %d %s", int(ev.Response.Status), ev.Response.URL)
+		case *network.EventLoadingFinished:
+			mu.Lock()
+			delete(requests, ev.RequestID)
+			mu.Unlock()
+			return
+		case *network.EventLoadingFailed:
+			mu.Lock()
+			line = fmt.Sprintf("request failed (%s): %s", ev.ErrorText, requests[ev.RequestID])
+			delete(requests, ev.RequestID)
+			mu.Unlock()
 		case *runtime.EventExceptionThrown:
 			line = fmt.Sprintf("exception: %s %s:%d", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL, ev.ExceptionDetails.LineNumber)
 			if ev.ExceptionDetails.Exception != nil {
 				line += " " + ev.ExceptionDetails.Exception.Description
 			}
+		case *cdplog.EventEntryAdded: // the browser's own messages (a module that failed to load)
+			line = fmt.Sprintf("log.%s: %s %s", ev.Entry.Level, ev.Entry.Text, ev.Entry.URL)
 		case *runtime.EventConsoleAPICalled:
 			line = "console." + string(ev.Type) + ":"
 			for _, a := range ev.Args {
@@ -68,6 +102,11 @@ func browser(t *testing.T) (context.Context, func()) {
 		if t.Failed() {
 			mu.Lock()
 			t.Logf("the page's console and errors:\n%s", strings.Join(pageLog, "\n"))
+			var open []string
+			for _, r := range requests {
+				open = append(open, r)
+			}
+			t.Logf("the page's requests still open (an event stream is one):\n%s", strings.Join(open, "\n"))
 			mu.Unlock()
 		}
 	})

@@ -507,6 +507,23 @@ function showWhere() {
   $('where-title').textContent = page === 'chat' ? titleOf(state.conversations.get(state.conversation)) || 'Conversation' : pageNames[page];
 }
 
+// loadOrRetry loads a conversation; while the sandbox is starting (503),
+// busy or unreachable it says so and tries again, with backoff, as long as
+// the owner is still on that conversation. A refusal (404, 403) is final.
+function loadOrRetry(conversation, delay) {
+  loadConversation(conversation).catch((err) => {
+    if (err.status && err.status !== 429 && err.status < 500) {
+      banner(`Could not load the conversation: ${err.message}`);
+      return;
+    }
+    banner(`Could not load the conversation yet (${err.message}); trying again…`);
+    setTimeout(() => {
+      const now = route();
+      if (now.page === 'chat' && (now.conversation || 0) === (conversation || 0)) loadOrRetry(conversation, Math.min(delay * 2, 15000));
+    }, delay);
+  });
+}
+
 function showPage() {
   const { page, conversation } = route();
   for (const a of document.querySelectorAll('.pages a[data-page]')) {
@@ -516,9 +533,7 @@ function showPage() {
   }
   showWhere();
   if (page === 'chat') {
-    if (!conversation || conversation !== state.conversation) {
-      loadConversation(conversation).catch((err) => banner(`Could not load the conversation: ${err.message}`));
-    }
+    if (!conversation || conversation !== state.conversation) loadOrRetry(conversation, 1000);
     return;
   }
   if (pageLoaders[page]) {
