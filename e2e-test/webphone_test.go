@@ -271,6 +271,36 @@ func TestWebStopEndsASlowRun(t *testing.T) {
 	until(t, ctx, "the queued prompt runs, no longer queued", cardsWith("echo: and now?")+` === 1 && document.querySelectorAll('#timeline li.queued').length === 0`)
 }
 
+// "Deny and make a rule" on a phone: the card shows the proposed rule for
+// editing, the owner widens the exact command to a prefix, and the next
+// command with that prefix is refused without asking; neither ran.
+func TestWebDenyAndMakeARule(t *testing.T) {
+	user, password, tok := webUser(t, "denyrule")
+	ctx, done := browser(t)
+	defer done()
+	run(t, ctx, "a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	signInInBrowser(t, ctx, user, password)
+	sendInBrowser(t, ctx, "run: touch denied-a")
+	until(t, ctx, "the card offers a rule to edit", `document.querySelector('#timeline li.approval button.make-rule') !== null`)
+	until(t, ctx, "the card in view", `(document.querySelector('#timeline li.approval').scrollIntoView({block: 'center'}), true)`)
+	run(t, ctx, "open the rule", chromedp.Click(chromedp.CSS(`#timeline li.approval button.make-rule`)))
+	until(t, ctx, "the rule's condition, filled in", `document.querySelector('#timeline .rule-edit input[data-condition]')?.value.startsWith('touch')`)
+	until(t, ctx, "widened to a prefix", `(() => { const i = document.querySelector('#timeline .rule-edit input[data-condition]'); i.dataset.condition = 'command_prefix'; i.value = 'touch '; return true; })()`)
+	screenshots(t, ctx, "deny-rule")
+	until(t, ctx, "the save in view", `(document.querySelector('#timeline .rule-edit button').scrollIntoView({block: 'center'}), true)`)
+	run(t, ctx, "deny and save", chromedp.Click(chromedp.CSS(`#timeline .rule-edit button[data-decision="deny_always"]`)))
+	until(t, ctx, "the decided card", `[...document.querySelectorAll('#timeline li.approval.decided')].some(li => li.textContent.includes('decided: deny')) && document.querySelector('#timeline .rule-edit') === null`)
+	if b := mustGet(t, user, tok, "/rules").Body; !strings.Contains(b, `"command_prefix":"touch "`) || !strings.Contains(b, `"effect":"deny"`) {
+		t.Fatalf("the rule saved: %s", b)
+	}
+	if r := post(t, user, tok, "/prompt", `{"text":"run: touch denied-b"}`); r.Code != 200 || !strings.Contains(r.Body, `"status":"done"`) {
+		t.Fatalf("another command with the prefix: %d %s", r.Code, r.Body)
+	}
+	if out := mustGet(t, user, tok, "/files").Body; strings.Contains(out, "denied-a") || strings.Contains(out, "denied-b") {
+		t.Fatalf("a denied command ran: %s", out)
+	}
+}
+
 // The Agents page: make an agent, rename it and set its model, its work
 // notes and whether it gets the owner's notes, see today's spend; the
 // builtin agents keep their names. The notes about the owner are edited

@@ -266,10 +266,13 @@ func (b *Book) Remove(ctx context.Context, h *durable.Harness, conv, id int64) (
 }
 
 // Decide records the owner's decision on an approval; "allow always" adds
-// the Proposed rule in the same commit. It returns the approval and the
-// rule added, if any (durable.ErrNotFound, durable.ErrDecided as Decide;
-// ErrNoProposal for "allow always" on a call no narrow rule fits).
-func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64, decision, note string) (durable.Approval, *Rule, error) {
+// the Proposed rule in the same commit, "deny always" the DenyProposal, or
+// (edit not nil) the deny rule with the conditions the owner edited, which
+// must still cover the call. It returns the approval and the rule added,
+// if any (durable.ErrNotFound, durable.ErrDecided as Decide;
+// ErrNoProposal for "allow always" on a call no narrow rule fits;
+// ErrInvalidRule for an edit that cannot be kept).
+func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64, decision, note string, edit *Conditions) (durable.Approval, *Rule, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	a, err := h.Waiting(ctx, approvalID)
@@ -293,6 +296,9 @@ func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64,
 		// The same narrow rule, refusing: any tool may have one, and the
 		// run is told of a plain deny.
 		p, err := DenyProposal(a)
+		if edit != nil {
+			p, err = editedDeny(a, *edit)
+		}
 		if err != nil {
 			return a, nil, err
 		}
@@ -307,6 +313,22 @@ func (b *Book) Decide(ctx context.Context, h *durable.Harness, approvalID int64,
 		return a, nil, err
 	}
 	return a, added, nil
+}
+
+// editedDeny is the deny rule an owner edited on an approval's card: the
+// conditions they wrote, none of them blank, still covering the call it
+// is made from (the rest of the checks are normalize's).
+func editedDeny(a durable.Approval, when Conditions) (Rule, error) {
+	r := Rule{Tool: a.Tool, Effect: durable.Deny, When: when, FromApproval: a.ID}
+	for _, v := range []string{when.CommandPrefix, when.Command, when.PathPrefix, when.Host} {
+		if v != "" && strings.TrimSpace(v) == "" {
+			return r, fmt.Errorf("%w: a condition may not be blank", ErrInvalidRule)
+		}
+	}
+	if !r.matches(a.Arguments) {
+		return r, fmt.Errorf("%w: the rule as edited (%s) does not cover the call it is made from", ErrInvalidRule, r.Describe())
+	}
+	return r, nil
 }
 
 // Check judges one call (see the package comment).

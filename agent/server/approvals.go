@@ -70,6 +70,10 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 		Decision string `json:"decision"`
 		Note     string `json:"note"`
 		Wait     *bool  `json:"wait"`
+		// Rule is the deny rule as the owner edited it (deny_always only).
+		Rule *struct {
+			When policy.Conditions `json:"when"`
+		} `json:"rule"`
 	}
 	if err := decodeBody(w, r, &body); err != nil {
 		return err
@@ -81,18 +85,26 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) error {
 		return problem.New(http.StatusBadRequest, "bad-note", "a note goes with a deny (the model reads it)")
 	case len(body.Note) > 4096:
 		return problem.New(http.StatusBadRequest, "bad-note", "a note is at most 4096 bytes")
+	case body.Rule != nil && body.Decision != durable.DenyAlways:
+		return problem.New(http.StatusBadRequest, "bad-rule", "an edited rule goes with deny_always")
+	}
+	var edit *policy.Conditions
+	if body.Rule != nil {
+		edit = &body.Rule.When
 	}
 	rt, err := s.runtime(r)
 	if err != nil {
 		return err
 	}
 	h := rt.Harness
-	a, added, err := rt.Book.Decide(r.Context(), h, id, body.Decision, body.Note)
+	a, added, err := rt.Book.Decide(r.Context(), h, id, body.Decision, body.Note, edit)
 	switch {
 	case errors.Is(err, durable.ErrNotFound):
 		return problem.New(http.StatusNotFound, "unknown-approval", fmt.Sprintf("no approval %d", id))
 	case errors.Is(err, durable.ErrDecided):
 		return problem.New(http.StatusConflict, "already-decided", fmt.Sprintf("approval %d is not waiting: it was decided already, or it expired", id))
+	case edit != nil && errors.Is(err, policy.ErrInvalidRule):
+		return problem.New(http.StatusBadRequest, "bad-rule", err.Error())
 	case errors.Is(err, policy.ErrNoProposal), errors.Is(err, policy.ErrInvalidRule):
 		return problem.New(http.StatusBadRequest, "no-rule", "allow always and deny always need a rule narrower than the whole tool, and none fits this call; decide it once, or add a rule with POST /rules: "+err.Error())
 	case err != nil:

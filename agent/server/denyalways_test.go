@@ -36,3 +36,40 @@ func TestDenyAlwaysRefusesTheNextCallWithoutAsking(t *testing.T) {
 		t.Fatalf("an unknown decision: %d", code)
 	}
 }
+
+// "Deny and make a rule", edited before saving: the owner widens the
+// proposed exact command to a prefix, and every command with that prefix
+// is refused without asking. Tried first, and refused with nothing stored
+// and the approval still waiting: a blank condition, a rule that no longer
+// covers the call it is made from, a condition the tool does not take, and
+// an edited rule with another decision.
+func TestDenyAlwaysTakesTheRuleAsEdited(t *testing.T) {
+	a := newAgent(t)
+	id, _ := a.waitingApproval(a.prompt("run: touch edited-1"))
+	path := "/approvals/" + id
+	for _, bad := range []string{
+		`{"decision":"deny_always","rule":{"when":{"command_prefix":"   "}}}`,
+		`{"decision":"deny_always","rule":{"when":{"command_prefix":"rm "}}}`,
+		`{"decision":"deny_always","rule":{"when":{"host":"example.org"}}}`,
+		`{"decision":"deny","rule":{"when":{"command_prefix":"touch "}}}`,
+	} {
+		if code, m := a.do("POST", path, bad); code != 400 {
+			t.Fatalf("%s: %d %v", bad, code, m)
+		}
+	}
+	if _, rules := a.do("GET", "/rules", ""); len(rules["rules"].([]any)) != 0 {
+		t.Fatalf("a refused edit stored a rule: %v", rules)
+	}
+	m := a.decideRun(id, `{"decision":"deny_always","rule":{"when":{"command_prefix":"touch "}}}`)
+	if m["rule"].(map[string]any)["when"].(map[string]any)["command_prefix"] != "touch " {
+		t.Fatalf("the rule saved: %v", m)
+	}
+	if m := a.prompt("run: touch edited-2"); m["status"] != "done" || m["waiting_for"] != nil {
+		t.Fatalf("another command with the prefix: %v", m)
+	}
+	for _, f := range []string{"edited-1", "edited-2"} {
+		if _, err := os.Stat(filepath.Join(a.ws, f)); err == nil {
+			t.Fatalf("%s: a denied call ran", f)
+		}
+	}
+}

@@ -67,9 +67,10 @@ function showPendingCount(total) {
 }
 
 // decider decides an approval of the named agent.
-const decider = (name) => async (id, decision, note) => {
+const decider = (name) => async (id, decision, note, rule) => {
   const body = { decision, wait: false };
   if (note) body.note = note;
+  if (rule) body.rule = rule;
   await post(`${agentPath(name)}/approvals/${rid(id)}`, body);
   await refreshPending();
 };

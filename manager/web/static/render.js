@@ -39,6 +39,10 @@ const pretty = (raw) => {
 };
 
 // Timeline renders one conversation's entries into an <ol>.
+// denyConditions names the conditions a deny rule's card lets the owner
+// edit, in words.
+const denyConditions = { command: 'the command is exactly', command_prefix: 'the command starts with', path_prefix: 'the path is in', host: 'the host is' };
+
 export class Timeline {
   constructor(list, { decide, pending }) {
     this.list = list;
@@ -194,10 +198,10 @@ export class Timeline {
     if (decided) { this.markDecided(card, decided); return card; }
     const view = this.pending().get(a.id);
     const note = el('input', { type: 'text', placeholder: 'note for the agent (with Deny)', 'aria-label': 'note' });
-    const act = (decision) => async () => {
+    const act = (decision, rule) => async () => {
       for (const b of card.querySelectorAll('button')) b.disabled = true;
       try {
-        await this.decide(a.id, decision, decision.startsWith('deny') ? note.value : '');
+        await this.decide(a.id, decision, decision.startsWith('deny') ? note.value : '', rule ? rule() : undefined);
         // The buttons are gone: keep the keyboard's place on the card.
         card.tabIndex = -1;
         if (card.isConnected) card.focus({ preventScroll: true });
@@ -228,10 +232,30 @@ export class Timeline {
       always.addEventListener('click', card.act('allow_always'));
       actions.insertBefore(always, actions.children[1]);
     }
-    if (view.proposed_deny_rule && !actions.querySelector('[data-decision="deny_always"]')) {
-      const never = el('button', { type: 'button', class: 'quiet', text: `Deny and make a rule: ${describeRule(view.proposed_deny_rule)}`, 'data-decision': 'deny_always' });
-      never.addEventListener('click', card.act('deny_always'));
-      actions.insertBefore(never, actions.querySelector('input'));
+    if (view.proposed_deny_rule && !actions.querySelector('[data-decision="deny_always"], .make-rule')) {
+      const proposed = view.proposed_deny_rule;
+      const fields = Object.entries(proposed.when || {}).filter(([k, v]) => denyConditions[k] && typeof v === 'string');
+      if (!fields.length) { // nothing to edit: the rule is the whole tool's
+        const never = el('button', { type: 'button', class: 'quiet', text: `Deny and make a rule: ${describeRule(proposed)}`, 'data-decision': 'deny_always' });
+        never.addEventListener('click', card.act('deny_always'));
+        actions.insertBefore(never, actions.querySelector('input'));
+        return;
+      }
+      // The rule is shown for editing first: the owner may widen "this
+      // exact command" to a prefix, say, before it is saved.
+      const open = el('button', { type: 'button', class: 'quiet make-rule', text: 'Deny and make a rule…' });
+      open.addEventListener('click', () => {
+        open.hidden = true;
+        const inputs = fields.map(([k, v]) => el('input', { type: 'text', value: v, 'data-condition': k, 'aria-label': denyConditions[k] }));
+        const when = () => Object.fromEntries(inputs.map((i) => [i.dataset.condition, i.value]));
+        const save = el('button', { type: 'button', class: 'quiet', text: 'Deny, and refuse such calls from now on', 'data-decision': 'deny_always' });
+        save.addEventListener('click', card.act('deny_always', () => ({ when: when() })));
+        const form = el('div', { class: 'rule-edit' }, el('span', { class: 'label', text: `Refuse every ${proposed.tool} call where` }),
+          ...fields.flatMap(([k], i) => [el('label', { text: denyConditions[k] }, inputs[i])]), save);
+        actions.after(form);
+        inputs[0].focus();
+      });
+      actions.insertBefore(open, actions.querySelector('input'));
     }
   }
 
@@ -246,7 +270,7 @@ export class Timeline {
   markDecided(card, d) {
     card.classList.add('decided');
     if (d.decision === 'expired') card.classList.add('expired');
-    for (const gone of card.querySelectorAll('.actions, .expires')) gone.remove();
+    for (const gone of card.querySelectorAll('.actions, .expires, .rule-edit')) gone.remove();
     if (!card.querySelector('.decision')) {
       const when = d.at ? new Date(d.at).toLocaleString() : '';
       const text = d.decision === 'expired'
