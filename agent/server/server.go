@@ -177,6 +177,8 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /runs/{id}/stop", s.stop)
 	handle("POST "+sandboxapi.PausePath, s.pause)
 	handle("POST "+sandboxapi.WakePath, s.wake)
+	handle("GET "+sandboxapi.BackupPath, s.backup)
+	handle("POST "+sandboxapi.RestorePath, s.restore)
 	handle("PUT /uploads/{path...}", s.upload)
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))
