@@ -112,6 +112,8 @@ func adminCmd() *cobra.Command {
 		userCmd("reset", "Remove USER's container, network, volumes and registry row", "/admin/reset", done("reset")),
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
+		backupCmd(),
+		restoreCmd(),
 		spendCmd(),
 		inviteCmd(),
 		passwordCmd(),
