@@ -56,7 +56,6 @@ func TestBackupRemoveRestore(t *testing.T) {
 	if len(archive) < 1024 || !bytes.Contains(archive, []byte("MANIFEST.json")) {
 		t.Fatalf("the archive (%d bytes) has no manifest", len(archive))
 	}
-	os.WriteFile(filepath.Join(t.TempDir(), user+".tar"), archive, 0o600) // kept for a failing run's report
 
 	admin(t, "reset", user)
 	if c, n, v := objects(t, user); c+n+v != 0 {
