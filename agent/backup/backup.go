@@ -327,7 +327,8 @@ func (s *Staged) stageFile(name string, r io.Reader) (File, error) {
 
 // Commit moves every staged file into place (replacing a file of the same
 // name), confined to its root: a symlink already in a root is not followed
-// out of it. mode is the permission of the files in each root.
+// out of it. mode is the permission of the files in each root; the
+// directories made get the same bits plus search where they can be read.
 func (s *Staged) Commit(mode map[string]fs.FileMode) error {
 	defer s.Discard()
 	for _, name := range s.files {
@@ -339,13 +340,15 @@ func (s *Staged) Commit(mode map[string]fs.FileMode) error {
 		err = func() error {
 			defer r.Close()
 			from := path.Join(stagingDir, rel)
-			if m, ok := mode[root]; ok {
-				if err := r.Chmod(from, m); err != nil {
-					return err
-				}
+			m, ok := mode[root]
+			if !ok {
+				m = 0o600
+			}
+			if err := r.Chmod(from, m); err != nil {
+				return err
 			}
 			if dir := path.Dir(rel); dir != "." {
-				if err := r.MkdirAll(dir, 0o775); err != nil {
+				if err := r.MkdirAll(dir, m|(m&0o444)>>2); err != nil {
 					return err
 				}
 			}
