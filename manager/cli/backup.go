@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,35 +12,14 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// adminStream is adminCall for archives: body (may be nil) is sent as it
-// is read, and a 2xx answer is copied to out, without a time limit.
+// adminStream sends body (may be nil) to the admin API as it is read and
+// copies the 2xx answer to out, without a time limit.
 func adminStream(method, path string, q url.Values, body io.Reader, out io.Writer) error {
-	req, err := http.NewRequest(method, "http://admin"+path+"?"+q.Encode(), body)
+	resp, err := adminDo(method, path, q, body, 0)
 	if err != nil {
 		return err
 	}
-	sock := adminSocket()
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("reach the manager's admin API at %s (run this inside the manager container: docker exec <manager> affido admin ...): %w", sock, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var p struct {
-			Detail    string
-			RequestID string `json:"request_id"`
-		}
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&p)
-		if p.RequestID != "" {
-			p.Detail += " (request id " + p.RequestID + ")"
-		}
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, p.Detail)
-	}
 	if _, err := io.Copy(out, resp.Body); err != nil {
 		return fmt.Errorf("%s %s: the answer was cut short: %w", method, path, err)
 	}
