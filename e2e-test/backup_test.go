@@ -5,9 +5,7 @@ package e2e
 import (
 	"bytes"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"

@@ -45,10 +45,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) error {
 	if err := s.onlyControl(r, "a backup is taken"); err != nil {
 		return err
 	}
-	h, ok := s.host.(*host.Host)
-	if !ok {
-		return problem.New(http.StatusNotImplemented, "no-backup", "this host keeps no files to back up")
-	}
+	h := s.host
 	snap, err := h.Snapshot(r.Context(), h.DataDir())
 	if err != nil {
 		return err
@@ -103,10 +100,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) error {
 	if err := s.onlyControl(r, "a sandbox is restored"); err != nil {
 		return err
 	}
-	h, ok := s.host.(*host.Host)
-	if !ok {
-		return problem.New(http.StatusNotImplemented, "no-backup", "this host keeps no files to restore")
-	}
+	h := s.host
 	force := r.URL.Query().Get(sandboxapi.Force) == "1"
 	if !force && h.HasData() {
 		return problem.New(http.StatusConflict, "has-data", "the sandbox already has data; force=1 replaces it")
