@@ -174,15 +174,16 @@ func checkName(name string) error {
 		return fmt.Errorf("%w: %q is not a clean relative path", ErrInvalid, name)
 	}
 	for _, part := range strings.Split(rel, "/") {
-		if part == ".." || part == stagingDir {
+		if part == ".." || part == StagingDir {
 			return fmt.Errorf("%w: %q leaves its root", ErrInvalid, name)
 		}
 	}
 	return nil
 }
 
-// stagingDir is where Stage puts files, inside each root, until Commit.
-const stagingDir = ".affido-restore"
+// StagingDir is where Stage puts files, inside each root, until Commit;
+// a backup leaves it out.
+const StagingDir = ".affido-restore"
 
 // Staged is an archive checked and staged beside its roots.
 type Staged struct {
@@ -209,7 +210,7 @@ func Stage(r io.Reader, roots map[string]string, refuse func(name string) bool) 
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		sd := filepath.Join(dir, stagingDir)
+		sd := filepath.Join(dir, StagingDir)
 		if err := os.RemoveAll(sd); err != nil { // an earlier restore's leftovers
 			return nil, err
 		}
@@ -339,7 +340,7 @@ func (s *Staged) Commit(mode map[string]fs.FileMode) error {
 		}
 		err = func() error {
 			defer r.Close()
-			from := path.Join(stagingDir, rel)
+			from := path.Join(StagingDir, rel)
 			m, ok := mode[root]
 			if !ok {
 				m = 0o600

@@ -33,7 +33,7 @@ func (s *Server) onlyControl(r *http.Request, what string) error {
 func notArchived(rel string, isDir bool) bool {
 	base := path.Base(rel)
 	return strings.HasPrefix(base, "session.db") || strings.HasPrefix(base, ".backup-") ||
-		rel == "identity.json" || rel == "status.json" || base == ".affido-restore"
+		rel == "identity.json" || rel == "status.json" || rel == backup.StagingDir
 }
 
 // backup streams the sandbox's archive (GET /backup): every agent's
@@ -61,7 +61,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) error {
 	}
 	var ws []backup.Source
 	err = s.ws.Reopen(".", func() (err error) {
-		ws, err = backup.Tree(backup.WorkspaceRoot, s.cfg.Workspace, nil)
+		ws, err = backup.Tree(backup.WorkspaceRoot, s.cfg.Workspace, func(rel string, _ bool) bool { return rel == backup.StagingDir })
 		return err
 	})
 	if err != nil {
