@@ -382,18 +382,23 @@ cmd_backup() {
   [[ -n "$oltp" && -n "$(manager_id)" ]] || die "the control plane is not running (./dev.sh up)"
   dir=${dir:-backups/$AFFIDO_STACK-$(date -u +%Y%m%dT%H%M%SZ)}
   mkdir -p "$dir"
-  local tmp="$dir/.partial"
-  trap 'rm -f "$tmp"' EXIT
+  BACKUP_PARTIAL="$dir/.partial" # global: the trap runs after this function returns
+  local tmp=$BACKUP_PARTIAL
+  trap 'rm -f "$BACKUP_PARTIAL"' EXIT
   say "Postgres -> $dir/postgres.dump"
   docker exec "$oltp" pg_dump -U affido -d affido -Fc >"$tmp"
   mv "$tmp" "$dir/postgres.dump"
-  local user
+  local user failed=()
   for user in $(docker exec "$oltp" psql -At -U affido -d affido -c "SELECT user_id FROM sandboxes ORDER BY 1"); do
     say "$user -> $dir/$user.tar"
-    docker exec "$(manager_id)" /bin/affido admin backup "$user" -o - >"$tmp" || die "backup of $user failed (nothing kept for them)"
-    mv "$tmp" "$dir/$user.tar"
+    if docker exec "$(manager_id)" /bin/affido admin backup "$user" -o - >"$tmp"; then
+      mv "$tmp" "$dir/$user.tar"
+    else
+      failed+=("$user")
+    fi
   done
-  (cd "$dir" && sha256sum postgres.dump ./*.tar 2>/dev/null >SHA256SUMS) || true
+  (cd "$dir" && sha256sum -- * >SHA256SUMS)
+  [[ ${#failed[@]} -eq 0 ]] || die "backup: $dir is missing ${failed[*]} (their backup failed, see above); nothing old was removed"
   if [[ "$keep" -gt 0 ]]; then
     find backups -mindepth 1 -maxdepth 1 -type d -name "$AFFIDO_STACK-*" | sort -r | tail -n +"$((keep + 1))" | xargs -r rm -rf
   fi
