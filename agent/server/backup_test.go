@@ -312,3 +312,41 @@ func TestRestoreRefusesABadArchiveAndWritesNothing(t *testing.T) {
 }
 
 func jsonOf(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// A backup of a paused agent opens its storage for the snapshot, lists
+// every file in its manifest and leaves no snapshot behind.
+func TestBackupOfAPausedAgent(t *testing.T) {
+	a := populated(t)
+	a.must("POST", sandboxapi.PausePath, "", 200)
+	es := readTar(t, a.takeBackup())
+	var m backup.Manifest
+	if last := es[len(es)-1]; last.hdr.Name != backup.ManifestName || json.Unmarshal(last.body, &m) != nil {
+		t.Fatalf("the archive does not end with its manifest: %v", last.hdr.Name)
+	}
+	if m.User != "u" || m.SchemaVersion == 0 || m.CreatedAt.IsZero() || len(m.Files) != len(es)-1 {
+		t.Fatalf("manifest %+v for %d files", m, len(es)-1)
+	}
+	names := map[string]bool{}
+	for _, f := range m.Files {
+		names[f.Path] = len(f.SHA256) == 64
+	}
+	for _, want := range []string{"data/session.db", "workspace/uploads/docs/notes.txt"} {
+		if !names[want] {
+			t.Errorf("%s is not in the manifest with its SHA-256: %v", want, names)
+		}
+	}
+	for name := range names {
+		if strings.HasPrefix(name, "data/agents/") && strings.HasSuffix(name, "/session.db") {
+			names["bob"] = true
+		}
+		if strings.Contains(name, "identity.json") || strings.HasSuffix(name, "-wal") || strings.HasSuffix(name, ".lock") {
+			t.Errorf("archived %s", name)
+		}
+	}
+	if !names["bob"] {
+		t.Error("the second agent's store is not archived")
+	}
+	if left, _ := filepath.Glob(filepath.Join(a.dir, "data", ".backup-*")); len(left) != 0 {
+		t.Errorf("snapshots left behind: %v", left)
+	}
+}
