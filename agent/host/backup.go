@@ -84,6 +84,7 @@ func (s *Host) Restore(ctx context.Context, force bool, put func() error) (time.
 		if _, err := s.closeStorage(ctx); err != nil {
 			return time.Time{}, err
 		}
+		s.dues.clear() // the replaced agents' times must not outlive them
 		for _, name := range []string{filepath.Base(s.cfg.SessionDB), filepath.Base(s.cfg.SessionDB) + "-wal",
 			filepath.Base(s.cfg.SessionDB) + "-shm", "agents", "corpus", "skills"} {
 			if err := os.RemoveAll(filepath.Join(s.DataDir(), name)); err != nil {
