@@ -33,6 +33,8 @@ Commands:
   token USER                       print a new API token for USER (creates the user)
   bench [FLAGS]                    measure the running stack against its floors (affido bench --help),
                                    then the durable runtime (go test -bench ./agent/durable/)
+  backup [DIR] [--keep N]          pg_dump of Postgres and every user's archive into DIR (default
+                                   backups/STACK-TIME); --keep N removes all but the newest N under backups/
   down                             stop the control plane; sandbox containers and all data stay
   reset [-y] [--keep-images]       remove every Affido container, network, volume and image (asks unless -y)
   help                             this text
@@ -361,6 +363,48 @@ cmd_bench() {
   go test -run '^$' -bench 'LongConversationTurn' -benchtime 200x ./agent/durable/ | grep '^Benchmark'
 }
 
+# cmd_backup writes the registry (pg_dump, custom format) and every user's
+# archive (affido admin backup: each agent's store, data and workspace,
+# with a manifest of SHA-256s) into one directory, then SHA256SUMS over
+# them. A user's sandbox is brought up for it if it was not running.
+cmd_backup() {
+  local dir="" keep=0
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --keep) [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] || die "backup: --keep takes a number"; keep=$2; shift ;;
+      -*) die "backup: unknown option $1" ;;
+      *) dir=$1 ;;
+    esac
+    shift
+  done
+  local oltp
+  oltp=$(compose ps -q oltp)
+  [[ -n "$oltp" && -n "$(manager_id)" ]] || die "the control plane is not running (./dev.sh up)"
+  dir=${dir:-backups/$AFFIDO_STACK-$(date -u +%Y%m%dT%H%M%SZ)}
+  mkdir -p "$dir"
+  BACKUP_PARTIAL="$dir/.partial" # global: the trap runs after this function returns
+  local tmp=$BACKUP_PARTIAL
+  trap 'rm -f "$BACKUP_PARTIAL"' EXIT
+  say "Postgres -> $dir/postgres.dump"
+  docker exec "$oltp" pg_dump -U affido -d affido -Fc >"$tmp"
+  mv "$tmp" "$dir/postgres.dump"
+  local user failed=()
+  for user in $(docker exec "$oltp" psql -At -U affido -d affido -c "SELECT user_id FROM sandboxes ORDER BY 1"); do
+    say "$user -> $dir/$user.tar"
+    if docker exec "$(manager_id)" /bin/affido admin backup "$user" -o - >"$tmp"; then
+      mv "$tmp" "$dir/$user.tar"
+    else
+      failed+=("$user")
+    fi
+  done
+  (cd "$dir" && sha256sum -- * >SHA256SUMS)
+  [[ ${#failed[@]} -eq 0 ]] || die "backup: $dir is missing ${failed[*]} (their backup failed, see above); nothing old was removed"
+  if [[ "$keep" -gt 0 ]]; then
+    find backups -mindepth 1 -maxdepth 1 -type d -name "$AFFIDO_STACK-*" | sort -r | tail -n +"$((keep + 1))" | xargs -r rm -rf
+  fi
+  echo "backup: $dir"
+}
+
 cmd_down() {
   compose stop
   echo "stopped; sandbox containers, volumes and the registry are kept (./dev.sh up to start again)"
@@ -411,6 +455,7 @@ main() {
     logs) cmd_logs "$@" ;;
     token) cmd_token "$@" ;;
     bench) cmd_bench "$@" ;;
+    backup) cmd_backup "$@" ;;
     down) cmd_down ;;
     reset) cmd_reset "$@" ;;
     help|-h|--help) usage ;;

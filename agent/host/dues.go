@@ -53,3 +53,10 @@ func (b *dueBoard) forget(agent string) {
 	delete(b.dues, agent)
 	b.mu.Unlock()
 }
+
+// clear forgets every agent's due time (their stores are being replaced).
+func (b *dueBoard) clear() {
+	b.mu.Lock()
+	b.dues = nil
+	b.mu.Unlock()
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/affido/affido/agent/agents"
+	"github.com/affido/affido/agent/backup"
 	"github.com/affido/affido/agent/corpus"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/host"
@@ -53,6 +54,7 @@ var clientErrors = []struct {
 	kind   string
 }{
 	{agents.ErrNoAgent, http.StatusNotFound, "unknown-agent"},
+	{backup.ErrInvalid, http.StatusUnprocessableEntity, "bad-archive"},
 	{agents.ErrExists, http.StatusConflict, "agent-exists"},
 	{agents.ErrBuiltin, http.StatusBadRequest, "built-in-agent"},
 	{agents.ErrInvalid, http.StatusBadRequest, "bad-agent"},

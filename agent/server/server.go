@@ -54,6 +54,16 @@ type Host interface {
 	// *host.BusyError while idle reports false or work goes on.
 	Pause(ctx context.Context, idle func() bool) (time.Time, error)
 	Wake(ctx context.Context) (time.Time, error)
+	// DataDir is the directory of the agents' storage; HasData reports
+	// whether storage is open or a session database exists there.
+	DataDir() string
+	HasData() bool
+	// Snapshot opens storage and writes a consistent copy of every agent's
+	// database under a new directory in dir, which it returns.
+	Snapshot(ctx context.Context, dir string) (string, error)
+	// Restore runs put (which moves restored files into place) and opens
+	// storage: host.ErrHasData while there is data, unless force.
+	Restore(ctx context.Context, force bool, put func() error) (time.Time, error)
 	Close() error
 }
 
@@ -178,6 +188,8 @@ func (s *Server) Handler() http.Handler {
 	handle("POST /runs/{id}/stop", s.stop)
 	handle("POST "+sandboxapi.PausePath, s.pause)
 	handle("POST "+sandboxapi.WakePath, s.wake)
+	handle("GET "+sandboxapi.BackupPath, s.backup)
+	handle("POST "+sandboxapi.RestorePath, s.restore)
 	handle("PUT /uploads/{path...}", s.upload)
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))

@@ -212,20 +212,7 @@ func (w Workspace) List(p string) ([]FileInfo, error) {
 
 // Read returns up to limit bytes of file p, and whether it was cut.
 func (w Workspace) Read(p string, limit int64) ([]byte, bool, error) {
-	p, err := Clean(p)
-	if err != nil {
-		return nil, false, err
-	}
-	r, err := w.root()
-	if err != nil {
-		return nil, false, err
-	}
-	defer r.Close()
-	var f *os.File
-	err = w.reopen(p, func() (err error) {
-		f, err = r.Open(p)
-		return confine(err)
-	})
+	f, err := w.Open(p)
 	if err != nil {
 		return nil, false, err
 	}
@@ -337,3 +324,26 @@ func (w Workspace) Delete(p string) error {
 		return confine(r.RemoveAll(p))
 	})
 }
+
+// Open opens file p for reading, asking Repair once if the tools closed it.
+func (w Workspace) Open(p string) (*os.File, error) {
+	p, err := Clean(p)
+	if err != nil {
+		return nil, err
+	}
+	r, err := w.root()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var f *os.File
+	err = w.reopen(p, func() (err error) {
+		f, err = r.Open(p)
+		return confine(err)
+	})
+	return f, err
+}
+
+// Reopen runs op and, if it fails for want of permission somewhere under
+// p, asks Repair to give p back and runs op once more.
+func (w Workspace) Reopen(p string, op func() error) error { return w.reopen(p, op) }

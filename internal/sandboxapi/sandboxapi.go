@@ -61,6 +61,13 @@ const (
 	WakePath   = "/wake"   // POST: WakeAnswer
 	ClaimPath  = "/claim"  // POST Claim, with HeaderControl: Health; 409 ProblemClaimedByOther
 	IfIdle     = "if_idle" // the query parameter of PausePath
+	// BackupPath (GET, with HeaderControl) streams the sandbox's archive
+	// (a tar ending with its manifest); RestorePath (POST the archive, with
+	// HeaderControl, Force=1 to replace data) answers RestoreAnswer, 409
+	// when the sandbox has data, 422 for an archive it refuses.
+	BackupPath  = "/backup"
+	RestorePath = "/restore"
+	Force       = "force"
 )
 
 // HeaderControl marks a request that came through Caddy's control listener,
@@ -138,6 +145,13 @@ type Health struct {
 // the work the agent leaves behind, nil when nothing sleeps.
 type PauseAnswer struct {
 	NextWakeAt *time.Time `json:"next_wake_at"`
+}
+
+// RestoreAnswer is the agent's answer to RestorePath: the files restored
+// and the next due time of the restored work.
+type RestoreAnswer struct {
+	Files int `json:"files"`
+	PauseAnswer
 }
 
 // WakeAnswer is the answer of POST /wake.

@@ -154,3 +154,66 @@ func (c *Client) Wake(ctx context.Context, ep netip.AddrPort) error {
 	}
 	return nil
 }
+
+// Backup calls GET /backup and returns the archive's stream, which the
+// caller closes. A stream cut short is an archive without its manifest,
+// which no agent restores.
+func (c *Client) Backup(ctx context.Context, ep netip.AddrPort) (io.ReadCloser, error) {
+	resp, err := c.doStream(ctx, http.MethodGet, ep, sandboxapi.BackupPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer drain(resp)
+		return nil, answerError(resp, "GET "+sandboxapi.BackupPath, ep)
+	}
+	return resp.Body, nil
+}
+
+// Restore calls POST /restore with the archive read from archive (force
+// replaces data the sandbox has). The agent's refusals (409 has data, 422
+// a bad archive) come back as *problem.Error with the agent's words.
+func (c *Client) Restore(ctx context.Context, ep netip.AddrPort, archive io.Reader, force bool) (sandboxapi.RestoreAnswer, error) {
+	var a sandboxapi.RestoreAnswer
+	path := sandboxapi.RestorePath
+	if force {
+		path += "?" + sandboxapi.Force + "=1"
+	}
+	resp, err := c.doStream(ctx, http.MethodPost, ep, path, archive)
+	if err != nil {
+		return a, err
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return a, answerError(resp, "POST "+sandboxapi.RestorePath, ep)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&a); err != nil {
+		return a, fmt.Errorf("POST %s at %s: decode answer: %w", sandboxapi.RestorePath, ep, err)
+	}
+	return a, nil
+}
+
+// doStream is do with a raw body.
+func (c *Client) doStream(ctx context.Context, method string, ep netip.AddrPort, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(ep, path), body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(sandboxapi.HeaderControl, "1")
+	if c.proxy != "" {
+		req.Header.Set(sandboxapi.HeaderControlKey, c.key)
+	}
+	return c.http.Do(req)
+}
+
+// answerError is the agent's problem answer: a 4xx keeps its status, type
+// and detail for the caller to pass on; anything else is an error.
+func answerError(resp *http.Response, call string, ep netip.AddrPort) error {
+	var p problem.Problem
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&p)
+	if resp.StatusCode/100 == 4 {
+		kind := p.Type[strings.LastIndex(p.Type, "/")+1:]
+		return problem.New(resp.StatusCode, kind, p.Detail)
+	}
+	return fmt.Errorf("%s at %s: %s: %s", call, ep, resp.Status, p.Detail)
+}

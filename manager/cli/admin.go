@@ -29,44 +29,57 @@ func adminSocket() string {
 }
 
 // adminCall sends one request to the running manager's admin API, over its
-// unix socket (it never listens on TCP).
+// unix socket (it never listens on TCP), and decodes the answer into out
+// (a *[]byte takes it as it is).
 func adminCall(method, path string, q url.Values, out any) error {
+	resp, err := adminDo(method, path, q, nil, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if raw, ok := out.(*[]byte); ok {
+		*raw = body
+		return nil
+	}
+	return json.Unmarshal(body, out)
+}
+
+// adminDo sends one request with body (may be nil) to the admin API and
+// returns its 2xx answer, which the caller closes, or the error of
+// another, with the problem's detail. timeout 0 is none (archives).
+func adminDo(method, path string, q url.Values, body io.Reader, timeout time.Duration) (*http.Response, error) {
 	u := "http://admin" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	req, err := http.NewRequest(method, u, nil)
+	req, err := http.NewRequest(method, u, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sock := adminSocket()
-	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
 	}}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("reach the manager's admin API at %s (run this inside the manager container: docker exec <manager> affido admin ...): %w", sock, err)
+		return nil, fmt.Errorf("reach the manager's admin API at %s (run this inside the manager container: docker exec <manager> affido admin ...): %w", sock, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode/100 != 2 {
-		var p struct {
-			Detail    string
-			RequestID string `json:"request_id"`
-		}
-		_ = json.Unmarshal(body, &p)
-		if p.RequestID != "" {
-			p.Detail += " (request id " + p.RequestID + ")"
-		}
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, p.Detail)
+	var p struct {
+		Detail    string
+		RequestID string `json:"request_id"`
 	}
-	if raw, ok := out.(*[]byte); ok {
-		*raw = body
-		return nil
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&p)
+	if p.RequestID != "" {
+		p.Detail += " (request id " + p.RequestID + ")"
 	}
-	return json.Unmarshal(body, out)
+	return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, p.Detail)
 }
 
 func adminCmd() *cobra.Command {
@@ -112,6 +125,8 @@ func adminCmd() *cobra.Command {
 		userCmd("reset", "Remove USER's container, network, volumes and registry row", "/admin/reset", done("reset")),
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
+		backupCmd(),
+		restoreCmd(),
 		spendCmd(),
 		inviteCmd(),
 		passwordCmd(),

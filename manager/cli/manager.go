@@ -144,7 +144,8 @@ func serve(ctx context.Context) error {
 
 	var mgr *lifecycle.Manager
 	metrics := lifecycle.NewMetrics(func() map[string]int { return mgr.StateCounts() })
-	mgr = lifecycle.New(eng, store, agentclient.New(cfg.SandboxProxy, cfg.ControlKey), lifecycle.Config{
+	agentClient := agentclient.New(cfg.SandboxProxy, cfg.ControlKey)
+	mgr = lifecycle.New(eng, store, agentClient, lifecycle.Config{
 		Stack:            cfg.Stack,
 		Subnets:          cfg.SandboxPool,
 		SubnetBits:       cfg.SubnetBits,
@@ -210,7 +211,7 @@ func serve(ctx context.Context) error {
 		Log: log,
 	}
 	conns.Notify = pub.ConnectorNotice
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Log: log}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

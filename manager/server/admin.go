@@ -35,6 +35,9 @@ type Admin struct {
 	// Metrics are the manager's Prometheus metrics, served here alone
 	// (GET /admin/metrics): no network reaches them.
 	Metrics *lifecycle.Metrics
+	// Archiver takes and restores sandboxes' archives (nil: the backup
+	// and restore calls answer 501).
+	Archiver Archiver
 	// Log records the failures the API answers with a request id
 	// (default slog.Default).
 	Log *slog.Logger
@@ -86,6 +89,8 @@ func (a *Admin) Handler() http.Handler {
 	mux.HandleFunc("POST /admin/evict", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		return a.Manager.Evict(r.Context(), user)
 	}))
+	mux.HandleFunc("GET /admin/backup", a.withUser(a.withArchiver(a.backup)))
+	mux.HandleFunc("POST /admin/restore", a.withUser(a.withArchiver(a.restore)))
 	mux.HandleFunc("POST /admin/reset", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		return a.Manager.Reset(r.Context(), user)
 	}))
@@ -225,6 +230,16 @@ func (a *Admin) withUser(fn func(http.ResponseWriter, *http.Request, string) err
 		}
 		return nil
 	})
+}
+
+// withArchiver answers 501 when the manager has no Archiver.
+func (a *Admin) withArchiver(fn func(http.ResponseWriter, *http.Request, string) error) func(http.ResponseWriter, *http.Request, string) error {
+	return func(w http.ResponseWriter, r *http.Request, user string) error {
+		if a.Archiver == nil {
+			return problem.New(http.StatusNotImplemented, "no-archiver", "this manager takes no backups")
+		}
+		return fn(w, r, user)
+	}
 }
 
 func (a *Admin) serve(h handlerFunc) http.HandlerFunc { return handle(a.Log, h) }
