@@ -5,7 +5,9 @@
 import { agent, agentName, agentPath, sandbox, get, post, id as rid } from './api.js';
 import { Stream } from './stream.js';
 import { Timeline, el, describeRule, stamp } from './render.js';
+import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
 import { Live } from './live.js';
+import { showAgents } from './agents.js';
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -147,11 +149,11 @@ const stream = new Stream({
 const live = new Live({
   onApprovals: showApprovals,
   onNotice: (n) => {
-    if ((n.kind === 'reminder' || n.kind === 'job') && !$('page-reminders').hidden) pageLoaders.reminders().catch(() => {});
+    if ((n.kind === 'reminder' || n.kind === 'job') && !$('page-reminders').hidden) showReminders().catch(() => {});
     // A connector's tool turned off by itself: say so, and show it if Settings is open.
     if (n.kind === 'connector') {
       $('status-line').textContent = String(n.text || '');
-      if (!$('page-settings').hidden) pageLoaders.settings().catch(() => {});
+      if (!$('page-settings').hidden) showSettings().catch(() => {});
     }
   },
 });
@@ -491,15 +493,7 @@ function renderApprovalsPage(lists) {
   if (hadFocus) { list.tabIndex = -1; list.focus({ preventScroll: true }); }
 }
 
-// The other pages' code is fetched when one of them is first opened
-// (web.go preloads only what the conversation needs).
-const onPage = (name) => () => import('./pages.js').then((m) => m[name]());
-const pageLoaders = {
-  trace: () => loadTrace(false), approvals: refreshPending,
-  files: onPage('showFiles'), skills: onPage('showSkills'), reminders: onPage('showReminders'),
-  activity: onPage('showActivity'), settings: onPage('showSettings'),
-  agents: () => import('./agents.js').then((m) => m.showAgents()),
-};
+const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings, approvals: refreshPending, agents: showAgents };
 
 // route reads the address: #/chat/<id>, #/chat, #/trace/<entry id> or
 // #/<page>.
