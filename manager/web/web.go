@@ -20,6 +20,8 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -82,19 +84,34 @@ func headers(w http.ResponseWriter) {
 	w.Header().Set("X-Frame-Options", "DENY")
 }
 
-// modules are the client's modules main.js imports, preloaded by the page
-// so the browser fetches them at once, not one import after another.
+// modules are the modules main.js needs before it runs: its static
+// imports and theirs, preloaded by the page so the browser fetches them at
+// once, not one import after another. The other pages' modules (pages.js,
+// agents.js and what they import) are import()ed when their page opens,
+// so a cold load of the conversation carries none of them.
 var modules = func() []string {
-	var m []string
-	entries, _ := fs.ReadDir(files, "static")
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasSuffix(n, ".js") && n != "main.js" && n != "sign-in.js" && n != "sw.js" {
-			m = append(m, n)
+	seen := map[string]bool{}
+	var walk func(name string)
+	walk = func(name string) {
+		src, _ := fs.ReadFile(files, "static/"+name)
+		for _, m := range staticImport.FindAllSubmatch(src, -1) {
+			if n := string(m[1]); !seen[n] {
+				seen[n] = true
+				walk(n)
+			}
 		}
 	}
+	walk("main.js")
+	m := make([]string, 0, len(seen))
+	for n := range seen {
+		m = append(m, n)
+	}
+	sort.Strings(m)
 	return m
 }()
+
+// staticImport finds a module's static imports (import … from './x.js').
+var staticImport = regexp.MustCompile(`(?m)^import [^;]*? from '\./([a-z-]+\.js)';`)
 
 // asset is a static file as it is served: its bytes, gzipped once, and an
 // ETag of its content, so a reload asks "still this?" and gets a 304.

@@ -165,8 +165,10 @@ func TestStaticFilesAreCompressedAndRevalidated(t *testing.T) {
 	}
 }
 
-// The page preloads every module main.js imports, with the page's nonce,
-// so they load at once rather than one import after another.
+// The page preloads every module main.js needs before it runs (its static
+// imports, and theirs), with the page's nonce, so they load at once rather
+// than one import after another; the other pages' modules are not part of
+// a cold load of the conversation.
 func TestThePagePreloadsItsModules(t *testing.T) {
 	s := server(t)
 	_, body := get(t, s, "/app/", "good")
@@ -174,14 +176,27 @@ func TestThePagePreloadsItsModules(t *testing.T) {
 	if nonce == nil {
 		t.Fatal("no module script")
 	}
+	preload := func(m string) string {
+		return `<link rel="modulepreload" nonce="` + nonce[1] + `" href="/app/static/` + m + `">`
+	}
 	main, _ := files.ReadFile("static/main.js")
 	imported := regexp.MustCompile(`from '\./([a-z-]+\.js)'`).FindAllSubmatch(main, -1)
 	if len(imported) < 4 {
 		t.Fatalf("main.js imports %d modules", len(imported))
 	}
 	for _, m := range imported {
-		if want := `<link rel="modulepreload" nonce="` + nonce[1] + `" href="/app/static/` + string(m[1]) + `">`; !strings.Contains(body, want) {
+		if !strings.Contains(body, preload(string(m[1]))) {
 			t.Errorf("not preloaded: %s", m[1])
+		}
+	}
+	for _, m := range []string{"markup.js"} { // render.js's import
+		if !strings.Contains(body, preload(m)) {
+			t.Errorf("not preloaded: %s", m)
+		}
+	}
+	for _, m := range []string{"pages.js", "agents.js", "connectors.js", "push.js"} {
+		if strings.Contains(body, preload(m)) {
+			t.Errorf("preloaded, though only another page needs it: %s", m)
 		}
 	}
 }

@@ -4,10 +4,9 @@
 // the notes about the owner, delete; the notes about the owner; today's
 // spend across them.
 import { sandbox, agentName, call, get, post } from './api.js';
-import { el } from './render.js';
+import { el, say } from './render.js';
 
 const $ = (id) => document.getElementById(id);
-const say = (text) => { $('status-line').textContent = text; };
 const usd = (micros) => (typeof micros === 'number' ? `$${(micros / 1e6).toFixed(4)}` : '—');
 
 const notesPath = (name) => `${sandbox}/agents/${encodeURIComponent(name)}/notes`;

@@ -3,10 +3,9 @@
 // the tool's definition as shown, and a tool the server changes is off again
 // until it is set again. A secret is sent once and never shown back.
 import { agentName, call, get, post, id } from './api.js';
-import { el } from './render.js';
+import { el, say } from './render.js';
 
 const $ = (name) => document.getElementById(name);
-const say = (text) => { $('status-line').textContent = text; };
 const problem = (text) => { $('connector-error').textContent = text; };
 
 export async function showConnectors() {

@@ -4,10 +4,8 @@
 // the streams only bring what is new.
 import { agent, agentName, agentPath, sandbox, get, post, id as rid } from './api.js';
 import { Stream } from './stream.js';
-import { Timeline, el, describeRule, stamp } from './render.js';
-import { showFiles, showSkills, showReminders, showActivity, showSettings } from './pages.js';
+import { Timeline, el, describeRule, stamp, say } from './render.js';
 import { Live } from './live.js';
-import { showAgents } from './agents.js';
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -149,11 +147,11 @@ const stream = new Stream({
 const live = new Live({
   onApprovals: showApprovals,
   onNotice: (n) => {
-    if ((n.kind === 'reminder' || n.kind === 'job') && !$('page-reminders').hidden) showReminders().catch(() => {});
+    if ((n.kind === 'reminder' || n.kind === 'job') && !$('page-reminders').hidden) pageLoaders.reminders().catch(() => {});
     // A connector's tool turned off by itself: say so, and show it if Settings is open.
     if (n.kind === 'connector') {
-      $('status-line').textContent = String(n.text || '');
-      if (!$('page-settings').hidden) showSettings().catch(() => {});
+      say(String(n.text || ''));
+      if (!$('page-settings').hidden) pageLoaders.settings().catch(() => {});
     }
   },
 });
@@ -493,7 +491,21 @@ function renderApprovalsPage(lists) {
   if (hadFocus) { list.tabIndex = -1; list.focus({ preventScroll: true }); }
 }
 
-const pageLoaders = { trace: () => loadTrace(false), files: showFiles, skills: showSkills, reminders: showReminders, activity: showActivity, settings: showSettings, approvals: refreshPending, agents: showAgents };
+// The other pages' code (pages.js, agents.js and what they import) is
+// fetched when one of them first opens: web.go preloads only what the
+// conversation needs. Such a page is shown only once its module has run,
+// so its controls have their handlers before anyone can use them.
+const pageModules = {
+  files: () => import('./pages.js'), skills: () => import('./pages.js'), reminders: () => import('./pages.js'),
+  activity: () => import('./pages.js'), settings: () => import('./pages.js'), agents: () => import('./agents.js'),
+};
+const onPage = (name) => () => import('./pages.js').then((m) => m[name]());
+const pageLoaders = {
+  trace: () => loadTrace(false), approvals: refreshPending,
+  files: onPage('showFiles'), skills: onPage('showSkills'), reminders: onPage('showReminders'),
+  activity: onPage('showActivity'), settings: onPage('showSettings'),
+  agents: () => import('./agents.js').then((m) => m.showAgents()),
+};
 
 // route reads the address: #/chat/<id>, #/chat, #/trace/<entry id> or
 // #/<page>.
@@ -525,7 +537,20 @@ function loadOrRetry(conversation, delay) {
   });
 }
 
+// showPage shows the page the address names, once its code is here.
 function showPage() {
+  const { page } = route();
+  const load = pageModules[page];
+  if (!load) { showRoute(); return; }
+  const opening = `Opening ${pageNames[page]}…`;
+  say(opening);
+  load().then(() => {
+    if ($('status-line').textContent === opening) say('');
+    if (route().page === page) showRoute(); // the owner may have moved on meanwhile
+  }, (err) => banner(`Could not open ${pageNames[page]}: ${err.message}`));
+}
+
+function showRoute() {
   const { page, conversation } = route();
   for (const a of document.querySelectorAll('.pages a[data-page]')) {
     const p = a.dataset.page;

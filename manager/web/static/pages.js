@@ -1,12 +1,11 @@
 // pages: files, skills, reminders and jobs, activity and settings. Each reads the
 // store through the API every time it is shown; nothing is cached.
 import { agent, agentName, agentPath, sandbox, call, get, post, id } from './api.js';
-import { el, describeRule } from './render.js';
+import { el, describeRule, say } from './render.js';
 import { showPush } from './push.js';
 import { showConnectors } from './connectors.js';
 
 const $ = (id) => document.getElementById(id);
-const say = (text) => { $('status-line').textContent = text; };
 const fail = (err) => say(`error: ${err.message}`);
 // when is a time as the owner reads it; none (or Go's zero time) is a dash.
 const when = (t) => {

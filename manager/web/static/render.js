@@ -19,6 +19,17 @@ export function el(tag, attrs = {}, ...children) {
 
 // describeRule is a rule in words, as the agent says it ("words"); an agent
 // too old to say it gets its raw fields, never a guess.
+// say puts a short message in the status line (a polite live region at the
+// bottom of the screen); it goes after a while, unless another replaced it,
+// so it never covers the text under it for long.
+let sayTimer;
+export function say(text) {
+  const line = document.getElementById('status-line');
+  line.textContent = text;
+  clearTimeout(sayTimer);
+  if (text) sayTimer = setTimeout(() => { if (line.textContent === text) line.textContent = ''; }, 8000);
+}
+
 export function describeRule(r) {
   if (!r) return '';
   if (r.words) return r.words;
@@ -253,7 +264,9 @@ export class Timeline {
         const form = el('div', { class: 'rule-edit' }, el('span', { class: 'label', text: `Refuse every ${proposed.tool} call where` }),
           ...fields.flatMap(([k], i) => [el('label', { text: denyConditions[k] }, inputs[i])]), save);
         actions.after(form);
-        inputs[0].focus();
+        // The whole form in view, its Save too, not just the first field.
+        form.scrollIntoView({ block: 'nearest' });
+        inputs[0].focus({ preventScroll: true });
       });
       actions.insertBefore(open, actions.querySelector('input'));
     }
