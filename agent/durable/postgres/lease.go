@@ -97,6 +97,12 @@ func (d *DB) renewWhileOpen() {
 	}
 }
 
+// stopRenewing ends renewWhileOpen and waits for it.
+func (d *DB) stopRenewing() {
+	d.stopOnce.Do(func() { close(d.stopRenew) })
+	<-d.renewDone
+}
+
 // defaultHolder names this writer: host, pid and a random part.
 func defaultHolder() string {
 	host, _ := os.Hostname()

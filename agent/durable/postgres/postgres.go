@@ -77,6 +77,7 @@ type DB struct {
 	lost    error // ErrLeaseLost once another process took the lease
 
 	stopRenew chan struct{}
+	stopOnce  sync.Once
 	renewDone chan struct{}
 }
 
@@ -279,8 +280,7 @@ func (d *DB) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	close(d.stopRenew)
-	<-d.renewDone
+	d.stopRenewing()
 	// closed is set: no other call runs now, and none will.
 	if d.conn == nil || d.conn.IsClosed() {
 		return nil

@@ -188,7 +188,29 @@ func TestLeaseRenewedWhileIdleAndTakenOnceExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * ttl) // idle: the timer renews it
+	// Idle past the lease's first expiry: the timer must have renewed it.
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	lease := `SELECT now(), expires_at FROM ` + pgx.Identifier{schema, "durable_lease"}.Sanitize()
+	var now, firstExpiry, expiry time.Time
+	if err := conn.QueryRow(ctx, lease).Scan(&now, &firstExpiry); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * ttl); ; {
+		if err := conn.QueryRow(ctx, lease).Scan(&now, &expiry); err != nil {
+			t.Fatal(err)
+		}
+		if now.After(firstExpiry) && expiry.After(now) {
+			break // the first lease would have run out; a renewed one holds
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle holder's lease was not renewed: it expires at %v, now %v (first expiry %v)", expiry, now, firstExpiry)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if second, err := open(t, schema, postgres.Options{Generation: 1, LeaseTTL: ttl}); !errors.Is(err, durable.ErrLocked) {
 		if second != nil {
 			second.Close()
@@ -201,13 +223,9 @@ func TestLeaseRenewedWhileIdleAndTakenOnceExpired(t *testing.T) {
 		}
 		t.Fatalf("an older generation: %v, want ErrLocked", err)
 	}
-	// A holder that stops renewing (a frozen process): simulate by
-	// expiring its row from outside.
-	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	// A holder that stops renewing (a frozen process), its lease run out
+	// (expired from outside rather than waited for).
+	first.Freeze()
 	if _, err := conn.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "durable_lease"}.Sanitize()+` SET expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
