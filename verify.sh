@@ -192,6 +192,17 @@ start_stress() {
   echo "==> stress: $n busy processes (pids ${STRESS_PIDS[*]}) for the whole run"
 }
 
+# timed NAME CMD...: runs a step, noting how long it took for the summary
+# at the end (where a fresh machine's time goes).
+TIMES=()
+timed() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  TIMES+=("$(printf '%-28s %4d s' "$name" $((SECONDS - start)))")
+  return $rc
+}
+
 STRESS_PIDS=()
 K8S_PID=
 IMAGES_PID=
@@ -200,15 +211,17 @@ PG_STOP=()
 trap cleanup EXIT
 [[ $stress == no ]] || start_stress
 start_k8s_assets
-step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
+timed "go vet" step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
 start_test_postgres
 [[ $quick == yes ]] || start_images
-step_unit
+timed "unit tests (-race)" step_unit
 if [[ $quick == no ]]; then
-  wait_images
-  step_e2e
-  step_docker_contract
+  timed "images (rest of the build)" wait_images
+  timed "e2e (stack up, suites)" step_e2e
+  timed "Docker contract suite" step_docker_contract
 fi
-step_k8s
+timed "Kubernetes (rest of build, tests)" step_k8s
+echo "==> where the time went ($SECONDS s in all; the image and Kubernetes builds ran in the background from the start):"
+printf '    %s\n' "${TIMES[@]}"
 echo "verify: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
