@@ -32,6 +32,9 @@ export AFFIDO_APPROVAL_TTL=3m
 # A model without a price, which the gateway must refuse.
 export AFFIDO_FAKE_MODELS=fake/echo,fake/alt,fake/unpriced
 export AFFIDO_E2E_URL=http://127.0.0.1:$AFFIDO_PORT
+# What compose alone needs for this stack (./dev.sh writes it), kept apart
+# from the developer's .env.
+export AFFIDO_COMPOSE_ENV=.build/e2e/compose.env
 
 LOG=.build/e2e
 usage() {
