@@ -372,7 +372,7 @@ cmd_reload() {
   seed_dev_session
   # The manager reads the agent image's id at start: restarted, it retires
   # the warm pool made from the old image and builds it anew.
-  docker restart "$AFFIDO_STACK-manager" >/dev/null
+  docker restart -t 20 "$AFFIDO_STACK-manager" >/dev/null # its drain (compose.yaml's stop_grace_period)
   wait_healthy
   # Recreate every user's sandbox container on the new agent image; volumes stay.
   local u
