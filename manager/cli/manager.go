@@ -229,6 +229,7 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	servers := []*http.Server{httpserve.New(pub.Handler(), cfg.BodyTimeout), httpserve.New(admin.Handler(), cfg.BodyTimeout)}
+	servers[0].RegisterOnShutdown(pub.EndStreams) // the owners' live streams never end by themselves
 	for i, ln := range []net.Listener{pubLn, adminLn} {
 		log.Info("listening", "addr", ln.Addr().String())
 		go func() { errc <- servers[i].Serve(ln) }()
