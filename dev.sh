@@ -126,6 +126,15 @@ build_binaries() {
   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$BUILD/bin/" ./cmd/affido ./cmd/affido-agent ./cmd/affido-caddy
 }
 
+# build_debian_base builds the Debian base every other image starts from,
+# once (debootstrap from Debian's mirror, then docker import).
+build_debian_base() {
+  if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
+    say "building affido/debian:bookworm with debootstrap (about 30 s)"
+    images/debian/build.sh affido/debian:bookworm
+  fi
+}
+
 # build_base_images builds the Debian base once and Postgres whenever its
 # files change (the image is labelled with their hash); no registry is
 # needed (debootstrap from Debian's mirror, then docker import).
@@ -135,10 +144,7 @@ build_base_images() {
   if [[ $(docker image inspect -f '{{index .Config.Labels "affido.src"}}' affido/postgres:15 2>/dev/null) == "$src" ]]; then
     return
   fi
-  if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
-    say "building affido/debian:bookworm with debootstrap (about 30 s)"
-    images/debian/build.sh affido/debian:bookworm
-  fi
+  build_debian_base
   say "building affido/postgres:15 from Debian's postgresql package"
   docker_build affido/postgres:15 images/postgres --label "affido.src=$src"
 }
@@ -240,10 +246,7 @@ EOF
 cmd_prepare() {
   check_prereqs
   build_binaries
-  if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
-    say "building affido/debian:bookworm with debootstrap (about 30 s)"
-    images/debian/build.sh affido/debian:bookworm
-  fi
+  build_debian_base
   build_contexts
   write_compose_env
   say "prepared; now: docker compose up -d --build   (or: docker-compose up -d --build)"
