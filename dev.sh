@@ -27,6 +27,8 @@ Usage: ./dev.sh COMMAND [options]
 Commands:
   up [--provider fake|openrouter]  build, start the control plane, wait until healthy, seed dev-user
   build                            build the binaries and images (no start)
+  prepare                          what compose cannot do (binaries, Debian base, build contexts, .env);
+                                   then docker compose up -d --build builds the images and starts the stack
   reload                           rebuild, restart the control plane, recreate sandboxes; keeps all data
   status                           control plane, sandboxes with their state, volumes
   logs [SERVICE]                   follow the control plane's logs
@@ -124,6 +126,15 @@ build_binaries() {
   CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$BUILD/bin/" ./cmd/affido ./cmd/affido-agent ./cmd/affido-caddy
 }
 
+# build_debian_base builds the Debian base every other image starts from,
+# once (debootstrap from Debian's mirror, then docker import).
+build_debian_base() {
+  if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
+    say "building affido/debian:bookworm with debootstrap (about 30 s)"
+    images/debian/build.sh affido/debian:bookworm
+  fi
+}
+
 # build_base_images builds the Debian base once and Postgres whenever its
 # files change (the image is labelled with their hash); no registry is
 # needed (debootstrap from Debian's mirror, then docker import).
@@ -133,10 +144,7 @@ build_base_images() {
   if [[ $(docker image inspect -f '{{index .Config.Labels "affido.src"}}' affido/postgres:15 2>/dev/null) == "$src" ]]; then
     return
   fi
-  if ! docker image inspect affido/debian:bookworm >/dev/null 2>&1; then
-    say "building affido/debian:bookworm with debootstrap (about 30 s)"
-    images/debian/build.sh affido/debian:bookworm
-  fi
+  build_debian_base
   say "building affido/postgres:15 from Debian's postgresql package"
   docker_build affido/postgres:15 images/postgres --label "affido.src=$src"
 }
@@ -176,12 +184,10 @@ build_agent_context() {
   cp Dockerfile.agent "$ctx/Dockerfile"
 }
 
-build_images() {
-  build_base_images
-  say "building affido/agent:dev, affido/manager:dev, affido/caddy:dev"
+# build_contexts prepares the directories the images are built from, the
+# same ones compose.yaml's build sections name.
+build_contexts() {
   build_agent_context
-  docker_build affido/agent:dev "$BUILD/agent"
-
   local m=$BUILD/manager c=$BUILD/caddy
   rm -rf "$m" "$c"
   mkdir -p "$m" "$c"
@@ -194,15 +200,63 @@ build_images() {
   else
     : > "$m/ca-certificates.crt"
   fi
-  docker_build affido/manager:dev "$m"
   cp images/caddy/Dockerfile caddy/Caddyfile "$BUILD/bin/affido-caddy" "$c/"
-  docker_build affido/caddy:dev "$c"
+}
+
+build_images() {
+  build_base_images
+  say "building affido/agent:dev, affido/manager:dev, affido/caddy:dev"
+  build_contexts
+  docker_build affido/agent:dev "$BUILD/agent"
+  docker_build affido/manager:dev "$BUILD/manager"
+  docker_build affido/caddy:dev "$BUILD/caddy"
+}
+
+# write_compose_env writes what compose alone needs to run this stack into
+# AFFIDO_COMPOSE_ENV (default .env, which docker compose and docker-compose
+# read by themselves): the project name, the stack's settings and its keys,
+# readable by its owner only. dev.sh exports every one of these itself, so
+# the file never changes what dev.sh runs.
+write_compose_env() {
+  local file=${AFFIDO_COMPOSE_ENV:-.env}
+  control_key
+  postgres_password
+  AFFIDO_DOCKER_GID=$(stat -L -c %g /var/run/docker.sock 2>/dev/null || echo 0)
+  mkdir -p "$(dirname "$file")"
+  (umask 077 && cat >"$file.tmp" <<EOF
+# Written by ./dev.sh for the stack $AFFIDO_STACK; then: docker compose up -d --build
+COMPOSE_PROJECT_NAME=$AFFIDO_STACK
+AFFIDO_STACK=$AFFIDO_STACK
+AFFIDO_PORT=$AFFIDO_PORT
+AFFIDO_CONTROL_SUBNET=$AFFIDO_CONTROL_SUBNET
+AFFIDO_CADDY_IP=$AFFIDO_CADDY_IP
+AFFIDO_SANDBOX_POOL=$AFFIDO_SANDBOX_POOL
+AFFIDO_PROVIDER=$AFFIDO_PROVIDER
+AFFIDO_CONTROL_KEY=$AFFIDO_CONTROL_KEY
+AFFIDO_POSTGRES_PASSWORD=$AFFIDO_POSTGRES_PASSWORD
+AFFIDO_DOCKER_GID=$AFFIDO_DOCKER_GID
+EOF
+  )
+  mv "$file.tmp" "$file"
+}
+
+# cmd_prepare does what compose cannot: the Go binaries, the Debian base
+# (debootstrap), the build contexts, the stack's keys in .env. Then
+# `docker compose up -d --build` builds every image and starts the stack.
+cmd_prepare() {
+  check_prereqs
+  build_binaries
+  build_debian_base
+  build_contexts
+  write_compose_env
+  say "prepared; now: docker compose up -d --build   (or: docker-compose up -d --build)"
 }
 
 cmd_build() {
   check_prereqs
   build_binaries
   build_images
+  write_compose_env
 }
 
 manager_id() { compose ps -q sandbox-manager; }
@@ -321,7 +375,7 @@ cmd_reload() {
   seed_dev_session
   # The manager reads the agent image's id at start: restarted, it retires
   # the warm pool made from the old image and builds it anew.
-  docker restart "$AFFIDO_STACK-manager" >/dev/null
+  docker restart -t 20 "$AFFIDO_STACK-manager" >/dev/null # its drain (compose.yaml's stop_grace_period)
   wait_healthy
   # Recreate every user's sandbox container on the new agent image; volumes stay.
   local u
@@ -450,6 +504,7 @@ main() {
   case $cmd in
     up) cmd_up "$@" ;;
     build) cmd_build ;;
+    prepare) cmd_prepare ;;
     reload) cmd_reload ;;
     status) cmd_status ;;
     logs) cmd_logs "$@" ;;

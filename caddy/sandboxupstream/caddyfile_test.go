@@ -35,6 +35,11 @@ type stack struct {
 	gatewayHeaders         []http.Header
 	callerKeys             [][]string  // X-Affido-Caller as each request reached a sandbox or the manager
 	headers                http.Header // of the last request that reached a stand-in
+	managerSrv             *http.Server
+	managerHandler         http.Handler
+	// interpose, if set, sees every request to the stand-in manager first
+	// and says whether it answered it.
+	interpose func(w http.ResponseWriter, r *http.Request) bool
 }
 
 // callerKeySeen returns the X-Affido-Caller values of the last request that
@@ -88,10 +93,11 @@ func freeAddr(t *testing.T, ip string) string {
 	return ln.Addr().String()
 }
 
-func serve(t *testing.T, ln net.Listener, h http.Handler) {
+func serve(t *testing.T, ln net.Listener, h http.Handler) *http.Server {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+	return srv
 }
 
 func startStack(t *testing.T) *stack {
@@ -125,7 +131,13 @@ func startStack(t *testing.T) *stack {
 	}
 	mln := listen(t, "127.0.0.1:0")
 	s.manager = mln.Addr().String()
-	serve(t, mln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.managerHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		interpose := s.interpose
+		s.mu.Unlock()
+		if interpose != nil && interpose(w, r) {
+			return
+		}
 		s.sawCaller(r)
 		if strings.HasPrefix(r.URL.Path, "/v1/gateway/") {
 			s.mu.Lock()
@@ -161,7 +173,8 @@ func startStack(t *testing.T) *stack {
 			w.Header().Set("X-Sandbox-Endpoint", s.manager)
 		}
 		w.WriteHeader(http.StatusOK)
-	}))
+	})
+	s.managerSrv = serve(t, mln, s.managerHandler)
 
 	src, err := os.ReadFile("../Caddyfile")
 	if err != nil {

@@ -142,6 +142,13 @@ func serve(ctx context.Context) error {
 	}
 	defer closeEngine()
 
+	// The lifecycle and the background writers outlive the signal: they
+	// serve the requests the drain lets finish, and stop after it.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	handoff, handOff := context.WithCancel(context.Background())
+	defer handOff()
+
 	var mgr *lifecycle.Manager
 	metrics := lifecycle.NewMetrics(func() map[string]int { return mgr.StateCounts() })
 	agentClient := agentclient.New(cfg.SandboxProxy, cfg.ControlKey)
@@ -157,7 +164,7 @@ func serve(ctx context.Context) error {
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		Tick:             cfg.Tick,
 	}, log, metrics)
-	go mgr.Run(ctx)
+	go mgr.Run(work)
 
 	var provider gateway.Provider = scripted.NewModel(cfg.FakeModels)
 	if cfg.Provider == "openrouter" {
@@ -179,7 +186,7 @@ func serve(ctx context.Context) error {
 	}
 	// Push endpoints are the browsers' choice: the same guarded client.
 	deliverer.Push = &notify.Pusher{Store: store, Client: notifyClient, Keys: vapid, Subject: cfg.PushSubject, Log: log}
-	go deliverer.Run(ctx)
+	go deliverer.Run(work)
 	guard := outbound.NewGuard(outbound.Config{Allow: cfg.OutboundAllow, Deny: deny})
 	fetchClient := outbound.NewClient(outbound.Config{
 		Allow:   cfg.OutboundAllow,
@@ -196,10 +203,10 @@ func serve(ctx context.Context) error {
 	}
 	creds := server.NewCredentialCache(cfg.AuthCacheTTL)
 	tokenUse := server.NewTokenUse(store, log)
-	go tokenUse.Run(ctx)
+	go tokenUse.Run(work)
 	pub := &server.Server{
 		EdgeDeps: server.EdgeDeps{Auth: store, Credentials: creds, TokenUse: tokenUse, Resolver: mgr,
-			Health: healthOf{store, mgr}, Metrics: metrics},
+			Health: healthOf{store, mgr}, Metrics: metrics, Handoff: handoff},
 		GatewayDeps: server.GatewayDeps{Gateway: store, Provider: provider, Usage: store,
 			Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits,
 			WebPrices: cfg.WebPrices, WebPerMinute: cfg.WebPerMinute,
@@ -222,6 +229,7 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	servers := []*http.Server{httpserve.New(pub.Handler(), cfg.BodyTimeout), httpserve.New(admin.Handler(), cfg.BodyTimeout)}
+	servers[0].RegisterOnShutdown(pub.EndStreams) // the owners' live streams never end by themselves
 	for i, ln := range []net.Listener{pubLn, adminLn} {
 		log.Info("listening", "addr", ln.Addr().String())
 		go func() { errc <- servers[i].Serve(ln) }()
@@ -233,11 +241,15 @@ func serve(ctx context.Context) error {
 			return err
 		}
 	}
-	shutdown, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel2()
-	for _, srv := range servers {
-		_ = srv.Shutdown(shutdown)
+	// Drain: refuse new connections (Caddy retries them until the next
+	// manager listens), let the requests in flight finish, hand the
+	// resolves still waiting to the next manager, then stop the lifecycle.
+	log.Info("draining", "bound", cfg.DrainTimeout.String())
+	if err := httpserve.Drain(cfg.DrainTimeout, handOff, servers...); err != nil {
+		log.Warn("drain", "err", err)
 	}
+	stopWork()
+	log.Info("drained")
 	// The API token uses since the last write, now that no request runs.
 	flush, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel3()

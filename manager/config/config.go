@@ -49,6 +49,7 @@ type Config struct {
 	NotifyQueueMax   int                    // AFFIDO_NOTIFY_QUEUE_MAX: pending notifications per user
 	WorkspaceQuotaMB int64                  // AFFIDO_WORKSPACE_QUOTA_MB: a sandbox's workspace and corpus
 	BodyTimeout      time.Duration          // AFFIDO_BODY_TIMEOUT: to send a request body, manager and agents
+	DrainTimeout     time.Duration          // AFFIDO_DRAIN_TIMEOUT: on SIGTERM, for the requests in flight to finish
 	Prices           map[string]spend.Price // AFFIDO_MODEL_PRICES: model=input:output USD per million tokens
 	FreeModels       map[string]bool        // AFFIDO_FREE_MODELS: models used without a price
 	SpendLimits      spend.Limits           // AFFIDO_SPEND_DAILY_USD, AFFIDO_SPEND_MONTHLY_USD: default limits
@@ -139,6 +140,7 @@ func Load() (Config, error) {
 		NotifyQueueMax:   int(num("AFFIDO_NOTIFY_QUEUE_MAX", 100)),
 		WorkspaceQuotaMB: num("AFFIDO_WORKSPACE_QUOTA_MB", 1024),
 		BodyTimeout:      dur("AFFIDO_BODY_TIMEOUT", "60s"),
+		DrainTimeout:     dur("AFFIDO_DRAIN_TIMEOUT", "10s"),
 		AuthCacheTTL:     dur("AFFIDO_AUTH_CACHE_TTL", "1s"),
 		ConnectorTimeout: dur("AFFIDO_CONNECTOR_TIMEOUT", "30s"),
 		CompactTokens:    num("AFFIDO_COMPACT_TOKENS", 60000),

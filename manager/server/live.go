@@ -36,9 +36,39 @@ var liveHeartbeat = 15 * time.Second
 
 // liveHub fans notices out to each user's open streams.
 type liveHub struct {
-	mu   sync.Mutex
-	subs map[string]map[chan LiveNotice]struct{}
+	mu    sync.Mutex
+	subs  map[string]map[chan LiveNotice]struct{}
+	ended chan struct{} // closed when the manager stops: every stream ends
 }
+
+// endedCh returns the channel closed by end.
+func (h *liveHub) endedCh() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended == nil {
+		h.ended = make(chan struct{})
+	}
+	return h.ended
+}
+
+// end ends every open stream, and any opened later, at once.
+func (h *liveHub) end() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended == nil {
+		h.ended = make(chan struct{})
+	}
+	select {
+	case <-h.ended:
+	default:
+		close(h.ended)
+	}
+}
+
+// EndStreams ends the owners' live streams: the manager is stopping, and a
+// drain need not wait for streams that never finish by themselves. Each
+// page reconnects by itself, to the next manager.
+func (s *Server) EndStreams() { s.live.end() }
 
 // subscribe adds a stream of user's notices; false when user has too many.
 func (h *liveHub) subscribe(user string) (chan LiveNotice, bool) {
@@ -113,9 +143,12 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) error {
 	fl.Flush()
 	beat := time.NewTicker(liveHeartbeat)
 	defer beat.Stop()
+	ended := s.live.endedCh()
 	for {
 		select {
 		case <-r.Context().Done():
+			return nil
+		case <-ended:
 			return nil
 		case n := <-c:
 			b, _ := json.Marshal(n)

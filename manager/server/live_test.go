@@ -48,6 +48,13 @@ func (q *queue) EnqueueNotification(_ context.Context, user string, n registry.N
 // hand notifications to the gateway.
 func liveEnv(t *testing.T) (*httptest.Server, *fakeAccounts) {
 	t.Helper()
+	srv, _, acc := liveServer(t)
+	return srv, acc
+}
+
+// liveServer is liveEnv with the Server itself.
+func liveServer(t *testing.T) (*httptest.Server, *Server, *fakeAccounts) {
+	t.Helper()
 	acc := newFakeAccounts()
 	h, _ := account.Hash("right password", cheap)
 	acc.hashes["alice"], acc.hashes["bob"] = h, h
@@ -62,7 +69,7 @@ func liveEnv(t *testing.T) (*httptest.Server, *fakeAccounts) {
 	}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	return srv, acc
+	return srv, s, acc
 }
 
 // notifyAs hands a notification to the gateway as user's sandbox.
@@ -194,6 +201,28 @@ func TestLiveStreamEndsWithItsSession(t *testing.T) {
 	case <-alice.ended:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream outlived its session")
+	}
+}
+
+// When the manager stops, its owners' live streams end at once (a drain
+// does not wait for them) and a stream opened after ends too: the pages
+// reconnect, to the next manager.
+func TestLiveStreamEndsWhenTheManagerStops(t *testing.T) {
+	srv, s, _ := liveServer(t)
+	resp, _ := do(t, srv, signIn("alice", "right password", nil))
+	c := cookieOf(resp)
+	alice := openEvents(t, srv, withCookie(c))
+	if name, _ := alice.next(t); name != "hello" {
+		t.Fatalf("first event %q", name)
+	}
+	s.EndStreams()
+	s.EndStreams() // twice: a second Shutdown calls it again
+	for _, st := range []*sse{alice, openEvents(t, srv, withCookie(c))} {
+		select {
+		case <-st.ended:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a live stream outlived the manager's stop")
+		}
 	}
 }
 

@@ -36,6 +36,11 @@ const SessionCookie = "better-auth.session_token"
 // EndpointHeader carries the sandbox endpoint back to Caddy on a 200.
 const EndpointHeader = "X-Sandbox-Endpoint"
 
+// RetryHeader marks a 503 Caddy asks again for (caddy/Caddyfile's
+// lb_retry_match): the manager stopped before the answer was known, and
+// the next one gives it.
+const RetryHeader = "X-Affido-Retry"
+
 // A sandbox hands its owner at most NotifyBurst notifications at once,
 // then one every NotifyEvery (120 an hour).
 const (
@@ -102,6 +107,10 @@ type EdgeDeps struct {
 	// write; nil records none.
 	Credentials *CredentialCache
 	TokenUse    *TokenUse
+	// Handoff ends, when it is done, the resolves still waiting for a
+	// sandbox: the manager is stopping, and they answer 503 with
+	// RetryHeader so that Caddy asks the next manager. Nil: never.
+	Handoff context.Context
 }
 
 // GatewayDeps serve the routes sandboxes reach through Caddy's gateway
@@ -369,9 +378,20 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) error {
 	if _, result, err = s.authorize(w, r, user, forwardedMethod(r), path); err != nil {
 		return err
 	}
-	ep, err := s.Resolver.Resolve(r.Context(), user, sandboxapi.Activating(path))
+	ctx := r.Context()
+	if s.Handoff != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.Handoff, cancel)()
+	}
+	ep, err := s.Resolver.Resolve(ctx, user, sandboxapi.Activating(path))
 	var queued *lifecycle.QueuedError
 	switch {
+	case err != nil && s.Handoff != nil && s.Handoff.Err() != nil:
+		result = "handoff"
+		w.Header().Set(RetryHeader, "1")
+		return problem.New(http.StatusServiceUnavailable, "manager-restarting", "the manager is restarting; ask again").Retry(1)
 	case errors.Is(err, lifecycle.ErrCapacity):
 		result = "capacity"
 		return problem.New(http.StatusTooManyRequests, "over-capacity", "every sandbox slot is busy; try again shortly").Retry(5)

@@ -134,6 +134,47 @@ func TestResolveDecisions(t *testing.T) {
 	}
 }
 
+// waitingResolver waits for a bring-up that does not come until its
+// request gives up.
+type waitingResolver struct{ waiting chan struct{} }
+
+func (f waitingResolver) Resolve(ctx context.Context, _ string, _ bool) (netip.AddrPort, error) {
+	close(f.waiting)
+	<-ctx.Done()
+	return netip.AddrPort{}, ctx.Err()
+}
+
+// A resolve still waiting when the manager hands off answers at once with
+// a 503 Caddy asks again for (RetryHeader), without an endpoint; before
+// the handoff, a resolve that fails otherwise carries no such mark.
+func TestResolveHandsOffWhenStopping(t *testing.T) {
+	auth := fakeAuth{tokens: map[string]string{"t-bob": "bob"}}
+	handoff, handOff := context.WithCancel(context.Background())
+	res := waitingResolver{make(chan struct{})}
+	s := &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: res, Handoff: handoff}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	req := httptest.NewRequest("GET", "/v1/resolve?user=bob&path=/health", nil)
+	req.Header.Set("Authorization", "Bearer t-bob")
+	w := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { defer close(done); s.Handler().ServeHTTP(w, req) }()
+	<-res.waiting
+	handOff()
+	<-done
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get(RetryHeader) != "1" || w.Header().Get("Retry-After") == "" || w.Header().Get(EndpointHeader) != "" {
+		t.Fatalf("handed-off resolve: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+
+	s.Handoff = context.Background()
+	s.Resolver = &fakeResolver{err: errors.New("engine down")}
+	req = httptest.NewRequest("GET", "/v1/resolve?user=bob&path=/health", nil)
+	req.Header.Set("Authorization", "Bearer t-bob")
+	w = httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get(RetryHeader) != "" {
+		t.Fatalf("a failed bring-up, not stopping: %d %v", w.Code, w.Header())
+	}
+}
+
 // cookieWrite is alice's session cookie on a request Caddy forwarded with
 // method m to the host 127.0.0.1:18080, plus hdr.
 func cookieWrite(m string, hdr map[string]string) map[string]string {
