@@ -136,6 +136,16 @@ func (m *Manager) reconcile(ctx context.Context, b *box) time.Duration {
 	if !b.op.TryLock() {
 		return m.cfg.Tick
 	}
+	// A step that held the op until just now may have changed what is due
+	// (a bring-up answered the request this view saw waiting): decide
+	// again, holding the op, so a stale step is never taken.
+	m.mu.Lock()
+	s, after = decide(m.viewLocked(b, m.now()), m.cfg.Tiers, m.cfg.RequestGrace)
+	m.mu.Unlock()
+	if s == stepNone {
+		m.unlockOp(b)
+		return after
+	}
 	go func() {
 		defer m.unlockOp(b)
 		m.take(ctx, b, s)
