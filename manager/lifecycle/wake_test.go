@@ -144,6 +144,24 @@ func TestPausedSandboxIsNotStoppedJustBeforeItsWake(t *testing.T) {
 	r.eventually("stopped", func() bool { return r.state("alice") == Stopped })
 }
 
+// hungThenPaused starts the rig (its pause tier a minute) with user's
+// sandbox up and its agent's report of work due in an hour, hangs the
+// agent and lets the pause tier come: the sandbox is paused with the
+// report as its wake. It returns that due time.
+func (r *rig) hungThenPaused(user string) time.Time {
+	r.t.Helper()
+	r.run()
+	r.mustResolve(user)
+	due := r.clock.Now().Add(time.Hour)
+	if err := r.m.ReportWake(context.Background(), user, &due); err != nil {
+		r.t.Fatal(err)
+	}
+	r.eng.hang(user)
+	r.clock.Add(time.Minute)
+	r.eventually("the hung agent paused", func() bool { return r.state(user) == Paused })
+	return due
+}
+
 // An agent that did not answer its pause (hung) is woken early enough to
 // find out and replace its container before the due time: the wake probes
 // it, and when it still does not answer, the container is replaced and
@@ -151,15 +169,7 @@ func TestPausedSandboxIsNotStoppedJustBeforeItsWake(t *testing.T) {
 func TestHungAgentIsReplacedAheadOfItsDueTime(t *testing.T) {
 	r := newRig(t, Config{Tiers: Tiers{Pause: time.Minute}})
 	r.m.hungProbe = 50 * time.Millisecond
-	r.run()
-	r.mustResolve("alice")
-	due := r.clock.Now().Add(time.Hour)
-	if err := r.m.ReportWake(context.Background(), "alice", &due); err != nil {
-		t.Fatal(err)
-	}
-	r.eng.hang("alice")
-	r.clock.Add(time.Minute)
-	r.eventually("the hung agent paused with its reported wake", func() bool { return r.state("alice") == Paused })
+	due := r.hungThenPaused("alice")
 	if row, _ := r.reg.Row("alice"); row.WakeAt == nil || !row.WakeAt.Equal(due) {
 		t.Fatalf("paused with wake %v, want its last report %v", row.WakeAt, due)
 	}
@@ -172,7 +182,7 @@ func TestHungAgentIsReplacedAheadOfItsDueTime(t *testing.T) {
 		t.Fatalf("hung agent's wake lead %v, want %v (resume, probe, replace)", lead, want)
 	}
 	r.clock.Add(time.Hour - lead) // the fake clock stands still from here: all of it happens before the due time
-	r.eventually("replaced and woken", func() bool { return r.agents.Wakes("") == 1 && r.state("alice") == Running })
+	r.eventually("replaced and woken", func() bool { return r.agents.Wakes("") == 1 && r.eng.status("alice") == StatusRunning })
 	if n := countAudits(r, "alice sandbox.restarted"); n != 1 {
 		t.Fatalf("%d restarted events, want 1", n)
 	}
@@ -191,15 +201,7 @@ func TestHungAgentIsReplacedAheadOfItsDueTime(t *testing.T) {
 // only slow, or thawed meanwhile) keeps its container.
 func TestSilentAgentThatAnswersIsKept(t *testing.T) {
 	r := newRig(t, Config{Tiers: Tiers{Pause: time.Minute}})
-	r.run()
-	r.mustResolve("alice")
-	due := r.clock.Now().Add(time.Hour)
-	if err := r.m.ReportWake(context.Background(), "alice", &due); err != nil {
-		t.Fatal(err)
-	}
-	r.eng.hang("alice")
-	r.clock.Add(time.Minute)
-	r.eventually("paused", func() bool { return r.state("alice") == Paused })
+	r.hungThenPaused("alice")
 	r.eng.mu.Lock()
 	c := r.eng.containers["alice"]
 	c.hung = false
