@@ -89,6 +89,7 @@ type runner struct {
 	mu    sync.Mutex
 	// poolSize is the warm pool's size before the bench emptied it.
 	poolSize int
+	listing  listing // lateness.go
 }
 
 func (r *runner) logf(format string, args ...any) {
