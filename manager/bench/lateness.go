@@ -111,6 +111,7 @@ func (r *runner) lateOnce(ctx context.Context, tier string) (rem, job time.Durat
 		return 0, 0, err
 	}
 	ahead := fmt.Sprintf("%ds", int(latenessAhead.Seconds()))
+	due := time.Now().Add(latenessAhead) // a little early: both are set from the answers' time on
 	if _, err := r.send(ctx, u, "POST", "/prompt", `{"text":"remind in `+ahead+`: bench"}`); err != nil {
 		return 0, 0, err
 	}
@@ -145,6 +146,11 @@ func (r *runner) lateOnce(ctx context.Context, tier string) (rem, job time.Durat
 	if err := r.waitSandbox(ctx, u, latenessAhead+time.Minute, func(s listed) bool { return s.State == "running" }); err != nil {
 		return 0, 0, err
 	}
+	// Read only once both are due, so the reads do not compete with the
+	// agent for the machine while it fires them.
+	if err := pause(ctx, time.Until(due.Add(time.Second))); err != nil {
+		return 0, 0, err
+	}
 	deadline := time.Now().Add(time.Minute)
 	for rem == 0 || job == 0 {
 		if rem == 0 {
@@ -160,7 +166,7 @@ func (r *runner) lateOnce(ctx context.Context, tier string) (rem, job time.Durat
 			return 0, 0, fmt.Errorf("%s woken, but its reminder or job did not fire within a minute", u)
 		}
 		if rem == 0 || job == 0 {
-			if err := pause(ctx, 100*time.Millisecond); err != nil {
+			if err := pause(ctx, 250*time.Millisecond); err != nil {
 				return 0, 0, err
 			}
 		}
