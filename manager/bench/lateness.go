@@ -143,7 +143,10 @@ func (r *runner) lateOnce(ctx context.Context, tier string) (rem, job time.Durat
 	}
 	// Nothing touches the sandbox until the manager has woken it: a
 	// request would bring it up itself.
-	if err := r.waitSandbox(ctx, u, latenessAhead+time.Minute, func(s listed) bool { return s.State == "running" }); err != nil {
+	// (Started: running per the engine, its agent not yet seen by this
+	// manager since an engine event, which the wake's own start can be.)
+	up := func(s listed) bool { return s.State == "running" || s.State == "started" }
+	if err := r.waitSandbox(ctx, u, latenessAhead+time.Minute, up); err != nil {
 		return 0, 0, err
 	}
 	// Read only once both are due, so the reads do not compete with the
@@ -245,11 +248,12 @@ type listing struct {
 
 const listEvery = 250 * time.Millisecond
 
-func (r *runner) sandboxes() ([]listed, error) {
+// sandboxes returns the list, read after since.
+func (r *runner) sandboxes(since time.Time) ([]listed, error) {
 	l := &r.listing
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if time.Since(l.at) < listEvery {
+	if l.at.After(since) && time.Since(l.at) < listEvery {
 		return l.list, l.err
 	}
 	l.list, l.err = nil, nil
@@ -264,12 +268,13 @@ func (r *runner) sandboxes() ([]listed, error) {
 }
 
 // waitSandbox polls the manager's list of sandboxes (no request reaches
-// the sandbox) until user's satisfies ok.
+// the sandbox), read from now on, until user's satisfies ok.
 func (r *runner) waitSandbox(ctx context.Context, user string, within time.Duration, ok func(listed) bool) error {
-	deadline := time.Now().Add(within)
+	since := time.Now()
+	deadline := since.Add(within)
 	last := "not listed"
 	for {
-		list, err := r.sandboxes()
+		list, err := r.sandboxes(since)
 		if err != nil {
 			return err
 		}
