@@ -15,8 +15,11 @@ import (
 )
 
 // The e2e stack pauses after 3 s idle, stops after 8 s and removes the
-// container after 13 s (run.sh), so a reminder due 6 s, 11 s and 20 s
-// ahead fires while the sandbox is paused, stopped and removed.
+// container after 13 s (run.sh), so a reminder due 6 s, 14 s and 20 s
+// ahead fires while the sandbox is paused, stopped and removed. The gap
+// between a tier and the due time must exceed that tier's wake lead (at
+// least 3 s for stopped and removed, lifecycle/wake.go): nearer, the
+// manager keeps the sandbox in the tier above, to be woken in time.
 
 func sinkName() string { return stack + "-sink" }
 
@@ -179,7 +182,7 @@ func TestRemindersFireInSleepingSandboxes(t *testing.T) {
 	for _, tc := range []struct {
 		state string
 		ahead time.Duration
-	}{{"paused", 6 * time.Second}, {"stopped", 11 * time.Second}, {"removed", 20 * time.Second}} {
+	}{{"paused", 6 * time.Second}, {"stopped", 14 * time.Second}, {"removed", 20 * time.Second}} {
 		t.Run(tc.state, func(t *testing.T) {
 			t.Parallel()
 			user, tok := reminderUser(t, "rem-"+tc.state, "/"+tc.state)
@@ -328,7 +331,9 @@ func TestHungAgentIsWokenAtItsReportedTime(t *testing.T) {
 		return psql(t, "SELECT count(*) FROM audit_events WHERE user_id = '"+user+"' AND kind = 'sandbox.paused'") != "0"
 	})
 	// Pending while the container is frozen: the agent runs again once the
-	// manager thaws it (to wake it, or to stop it first).
+	// manager thaws it to wake it. The manager wakes an agent that did not
+	// answer its pause early, and replaces its container if it still does
+	// not answer; either way the reminder comes on time.
 	signalAgent(t, name, syscall.SIGCONT)
 	d := waitDelivery(t, path, time.Until(due)+20*time.Second)
 	dueExact, _ := time.Parse(time.RFC3339Nano, d.Due)

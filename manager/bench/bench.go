@@ -2,7 +2,8 @@
 // each next to its floor measured in the same run: cold provision against a
 // raw create+start of the same image, resume against a raw unpause/start,
 // a warm request through Caddy and forward_auth against the same request
-// straight to the container.
+// straight to the container; and how late reminders and jobs fire in each
+// idle tier, quiet and with every core busy (lateness.go).
 package bench
 
 import (
@@ -39,6 +40,7 @@ type Config struct {
 	Warm        int    // sequential warm requests per path
 	Concurrency int    // concurrent warm requests for the throughput figure
 	Prompts     int    // prompt round trips per kind
+	Lateness    int    // samples per tier of reminder and job lateness, quiet and busy (0: skip)
 	Density     int    // with N > 0, also bring the stack to N sandboxes at rest and measure it
 	Out         string // JSON output file
 	Log         io.Writer
@@ -87,6 +89,7 @@ type runner struct {
 	mu    sync.Mutex
 	// poolSize is the warm pool's size before the bench emptied it.
 	poolSize int
+	listing  listing // lateness.go
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -121,6 +124,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Result, error) {
 		{"burst", r.burst},
 		{"from the pool", r.fromPool},
 		{"prompt", r.prompts},
+		{"lateness", r.lateness},
 		{"density", r.density},
 		{"density at N", r.densityAt},
 	}

@@ -121,7 +121,7 @@ func adminCmd() *cobra.Command {
 				return nil
 			},
 		},
-		userCmd("evict", "Remove USER's container now; keep network and volumes", "/admin/evict", done("evicted")),
+		evictCmd(),
 		userCmd("reset", "Remove USER's container, network, volumes and registry row", "/admin/reset", done("reset")),
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
@@ -339,4 +339,25 @@ func passwordCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// evictCmd takes a user's sandbox down now, to the removed tier or, with
+// --to, to paused or stopped; its agent's next due time is stored first.
+func evictCmd() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "evict USER [--to paused|stopped|removed]",
+		Short: "Remove USER's container now (or pause or stop it with --to); keep network and volumes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var m map[string]string
+			if err := adminCall(http.MethodPost, "/admin/evict", url.Values{"user": {args[0]}, "to": {to}}, &m); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "evicted %s (%s)\n", m["user"], to)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "removed", "the tier to take it to: paused, stopped or removed")
+	return cmd
 }

@@ -37,6 +37,7 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Warm, "warm", 300, "sequential warm requests per path")
 	f.IntVar(&cfg.Concurrency, "concurrency", 8, "concurrent warm requests for requests/s")
 	f.IntVar(&cfg.Prompts, "prompts", 30, "prompt round trips per kind")
+	f.IntVar(&cfg.Lateness, "lateness", 5, "reminder and job lateness samples per idle tier (paused, stopped, removed, hung), quiet and with every core busy; 0 skips (about 5 minutes)")
 	f.IntVar(&cfg.Density, "density", 0, "also bring the stack to N sandboxes at rest and measure memory, resume and networks there (slow: run once)")
 	f.StringVar(&cfg.Out, "out", "", "JSON output (default bench-results/bench-<time>.json)")
 	return cmd

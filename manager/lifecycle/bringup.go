@@ -149,7 +149,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	row.State, row.ContainerID, row.Endpoint = registry.StateRunning, c.ID, ep.String()
 	m.mu.Lock()
 	row.LastActiveAt, row.WakeAt = b.lastActive, nil
-	b.wakeAt = nil
+	b.wakeAt, b.silent = nil, false
 	m.mu.Unlock()
 	if err := m.reg.UpdateSandbox(ctx, row); err != nil {
 		return netip.AddrPort{}, err

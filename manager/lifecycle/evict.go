@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/affido/affido/manager/registry"
 )
@@ -14,6 +15,19 @@ import (
 // still fire; an agent that is busy is evicted all the same, and brought
 // back at once to go on with its work.
 func (m *Manager) Evict(ctx context.Context, user string) error {
+	return m.EvictTo(ctx, user, Removed)
+}
+
+// ErrNotATier is EvictTo's answer for a state that is no idle tier.
+var ErrNotATier = errors.New("not an idle tier: paused, stopped or removed")
+
+// EvictTo is Evict down to tier to (Paused, Stopped or Removed): the bench
+// puts sandboxes to sleep in each tier this way, with the wake stored as
+// the idle tiers store it.
+func (m *Manager) EvictTo(ctx context.Context, user string, to State) error {
+	if !to.down() {
+		return fmt.Errorf("evict to %q: %w", to, ErrNotATier)
+	}
 	b := m.box(user)
 	b.op.Lock()
 	defer m.unlockOp(b)
@@ -30,6 +44,6 @@ func (m *Manager) Evict(ctx context.Context, user string) error {
 		b.wakeAt, b.reported = row.WakeAt, row.ReportedWakeAt
 	}
 	m.mu.Unlock()
-	_, err = m.goDown(ctx, b, Removed, causeEvict)
+	_, err = m.goDown(ctx, b, to, causeEvict)
 	return err
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -147,5 +148,31 @@ func TestDeeperTiersKeepTheStoredNoWake(t *testing.T) {
 	}
 	if n := r.agents.Wakes(""); n != 0 {
 		t.Fatalf("woken %d times with nothing due", n)
+	}
+}
+
+// An evict to paused or stopped goes down the same way as to removed: the
+// agent's next due time is stored first, and the sandbox is woken for it.
+func TestEvictToEachTierKeepsTheAgentsNextDueTime(t *testing.T) {
+	for _, to := range []State{Paused, Stopped, Removed} {
+		t.Run(string(to), func(t *testing.T) {
+			r := newRig(t, Config{})
+			r.run()
+			ep := r.mustResolve("alice")
+			due := r.clock.Now().Add(time.Minute)
+			r.agents.SetDue(ep, &due)
+			if err := r.m.EvictTo(context.Background(), "alice", to); err != nil {
+				t.Fatal(err)
+			}
+			if row, _ := r.reg.Row("alice"); row.State != string(to) || row.WakeAt == nil || !row.WakeAt.Equal(due) {
+				t.Fatalf("after evict to %s: state %s, wake %v; want %v", to, row.State, row.WakeAt, due)
+			}
+			r.clock.Add(time.Minute)
+			r.eventually("the wake", func() bool { return r.agents.Wakes("") == 1 && r.eng.status("alice") == StatusRunning })
+		})
+	}
+	r := newRig(t, Config{})
+	if err := r.m.EvictTo(context.Background(), "alice", Running); !errors.Is(err, ErrNotATier) {
+		t.Fatalf("evict to running: %v", err)
 	}
 }

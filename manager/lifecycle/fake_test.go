@@ -21,6 +21,7 @@ type fakeContainer struct {
 	id, name string
 	status   Status
 	ip       netip.Addr
+	hung     bool // its agent answers nothing until the process is started again
 }
 
 type fakeEngine struct {
@@ -126,7 +127,21 @@ func (e *fakeEngine) set(id string, from, to Status, kind EventKind) error {
 
 func (e *fakeEngine) Start(ctx context.Context, id string) error {
 	defer e.heavyOp(ctx)()
+	e.mu.Lock()
+	if c := e.byID(id); c != nil {
+		c.hung = false // a new process
+	}
+	e.mu.Unlock()
 	return e.set(id, StatusStopped, StatusRunning, EventStarted)
+}
+
+// hang makes the agent of sandbox name stop answering, as a frozen or
+// deadlocked process does, until its container is started again or
+// replaced.
+func (e *fakeEngine) hang(name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.containers[name].hung = true
 }
 func (e *fakeEngine) Pause(ctx context.Context, id string) error {
 	return e.set(id, StatusRunning, StatusPaused, EventPaused)
@@ -237,7 +252,7 @@ func newFakeAgents(eng *fakeEngine) *fakeAgents {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
 		for _, c := range eng.containers {
-			if c.ip == ep.Addr() && c.status == StatusRunning {
+			if c.ip == ep.Addr() && c.status == StatusRunning && !c.hung {
 				return ep.Addr().String(), true
 			}
 		}

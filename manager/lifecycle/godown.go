@@ -200,6 +200,9 @@ func (m *Manager) lastWord(b *box, reported *time.Time, now time.Time, evict boo
 		return nil, false
 	}
 	m.log.Info("agent did not answer /pause; using its last reported wake time", "user", b.user, "wake_at", reported, "err", err)
+	m.mu.Lock()
+	b.silent = true
+	m.mu.Unlock()
 	return reported, true
 }
 

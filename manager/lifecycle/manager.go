@@ -118,8 +118,9 @@ type Manager struct {
 	looks map[*box]bool
 	kick  chan struct{} // something was queued
 
-	eventsUp atomic.Bool
-	now      func() time.Time
+	eventsUp  atomic.Bool
+	now       func() time.Time
+	hungProbe time.Duration // wake.go
 }
 
 // box is the in-memory view of one user's sandbox. op serializes the steps
@@ -149,6 +150,13 @@ type box struct {
 	// restartAt is the wake time stored for the last restart after a death
 	// (wake.go): a second death within crashWindow is not restarted.
 	restartAt time.Time
+	// wokeFor is the due time the last wake brought the sandbox up for,
+	// ahead of it: no idle tier puts it down again before then.
+	wokeFor time.Time
+	// silent: its agent did not answer when the sandbox last went down, so
+	// its wake probes it and replaces a container whose agent still does
+	// not answer, and starts early enough for that (wake.go).
+	silent bool
 }
 
 // upResult is a bring-up's answer to the requests that waited for it.
@@ -165,7 +173,7 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 	}
 	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m,
 		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
-		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, looks: map[*box]bool{}, kick: make(chan struct{}, 1), now: time.Now}
+		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, looks: map[*box]bool{}, kick: make(chan struct{}, 1), now: time.Now, hungProbe: hungProbe}
 	mgr.adm = newAdmission(cfg.Admission)
 	mgr.pauser, _ = eng.(Pauser)
 	mgr.nets, _ = eng.(Networks)

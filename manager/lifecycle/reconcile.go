@@ -45,6 +45,12 @@ type view struct {
 	sinceRequest time.Duration // since the last request of any kind
 	hasWake      bool
 	untilWake    time.Duration // until the wake must start (its time less the lead); due at <= 0
+	// hasDue: the agent's next due time is known and ahead (nextDueLocked);
+	// untilDue is how far. lead is, by the tier an Action goes down to, how
+	// long before a due time a wake from there must start.
+	hasDue   bool
+	untilDue time.Duration
+	lead     [4]time.Duration
 }
 
 // decide returns the next step for a sandbox and, when there is none yet,
@@ -63,7 +69,17 @@ func decide(v view, t Tiers, grace time.Duration) (step, time.Duration) {
 	if v.state.down() && v.hasWake && v.untilWake <= 0 {
 		return stepWake, 0
 	}
-	switch t.Next(v.state, v.idle) {
+	a := t.Next(v.state, v.idle)
+	if a != Keep && v.hasDue && v.untilDue < v.lead[a] {
+		// Down to a's tier now, it would have to be woken at once (or be
+		// late): it stays as it is until the due time has passed (up: the
+		// agent runs the work itself) or its wake comes (down).
+		if v.state.down() && v.hasWake {
+			return stepNone, v.untilWake
+		}
+		return stepNone, v.untilDue
+	}
+	switch a {
 	case Pause:
 		if v.sinceRequest < grace {
 			return stepNone, grace - v.sinceRequest
@@ -92,8 +108,16 @@ func (m *Manager) viewLocked(b *box, now time.Time) view {
 	v := view{state: b.state, look: m.looks[b], named: b.name != "", wanted: !b.wanted.IsZero(),
 		idle: now.Sub(b.lastActive), sinceRequest: now.Sub(b.lastRequest)}
 	if b.wakeAt != nil {
-		v.hasWake, v.untilWake = true, b.wakeAt.Add(-m.lead(b.state)).Sub(now)
+		v.hasWake, v.untilWake = true, b.wakeAt.Add(-m.wakeLeadLocked(b)).Sub(now)
 	}
+	if due := m.nextDueLocked(b, now); !due.IsZero() {
+		v.hasDue, v.untilDue = true, due.Sub(now)
+	}
+	pause := Paused
+	if m.pauser == nil { // the first tier stops
+		pause = Stopped
+	}
+	v.lead = [4]time.Duration{Pause: m.lead(pause), Stop: m.lead(Stopped), Remove: m.lead(Removed)}
 	return v
 }
 
@@ -111,6 +135,16 @@ func (m *Manager) reconcile(ctx context.Context, b *box) time.Duration {
 	}
 	if !b.op.TryLock() {
 		return m.cfg.Tick
+	}
+	// A step that held the op until just now may have changed what is due
+	// (a bring-up answered the request this view saw waiting): decide
+	// again, holding the op, so a stale step is never taken.
+	m.mu.Lock()
+	s, after = decide(m.viewLocked(b, m.now()), m.cfg.Tiers, m.cfg.RequestGrace)
+	m.mu.Unlock()
+	if s == stepNone {
+		m.unlockOp(b)
+		return after
 	}
 	go func() {
 		defer m.unlockOp(b)
@@ -146,7 +180,13 @@ func (m *Manager) take(ctx context.Context, b *box, s step) {
 	}
 	switch s {
 	case stepUp:
-		m.up(ctx, b)
+		m.mu.Lock()
+		tier := b.state
+		m.mu.Unlock()
+		begin := time.Now()
+		if _, err := m.up(ctx, b); err == nil {
+			m.noteResume(tier, time.Since(begin))
+		}
 		return
 	case stepWake:
 		m.wake(ctx, b)

@@ -18,6 +18,13 @@ func TestDecide(t *testing.T) {
 		return v
 	}
 	wanted := view{wanted: true}
+	// due: the agent's next due time is in; the leads of the tiers a step
+	// goes down to are a busy machine's defaults.
+	due := func(v view, in time.Duration) view {
+		v.hasDue, v.untilDue = true, in
+		v.lead = [4]time.Duration{Pause: 500 * time.Millisecond, Stop: 3 * time.Second, Remove: 3 * time.Second}
+		return v
+	}
 	for _, c := range []struct {
 		name  string
 		v     view
@@ -57,6 +64,11 @@ func TestDecide(t *testing.T) {
 		{"a request waits for a new user (no sandbox named yet)", wanted, stepUp, 0},
 		{"a request waits, running: answered already", with(wanted, Running, 0), stepNone, 5 * time.Minute},
 		{"nobody's sandbox, nothing waits", view{state: Unknown}, stepNone, never},
+		{"running, idle past pause, due in 200 ms, pause lead 500 ms: up until the due time", due(with(view{}, Running, 5*time.Minute), 200*time.Millisecond), stepNone, 200 * time.Millisecond},
+		{"running, idle past pause, due in a minute: paused", due(with(view{}, Running, 5*time.Minute), time.Minute), stepPause, 0},
+		{"paused, idle past stop, wake 2 s ahead, stop lead 3 s: woken from paused", due(with(wake(1500*time.Millisecond), Paused, time.Hour), 2*time.Second), stepNone, 1500 * time.Millisecond},
+		{"paused, idle past stop, wake 5 s ahead: stopped", due(with(wake(4500*time.Millisecond), Paused, time.Hour), 5*time.Second), stepStop, 0},
+		{"stopped, idle past remove, wake 1 s ahead: woken from stopped", due(with(wake(time.Second-3*time.Second), Stopped, 25*time.Hour), time.Second), stepWake, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, after := decide(c.v, tiers, grace)

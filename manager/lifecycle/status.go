@@ -17,6 +17,8 @@ type Sandbox struct {
 	Subnet     string     `json:"subnet"`
 	LastActive time.Time  `json:"last_active,omitzero"`
 	WakeAt     *time.Time `json:"wake_at,omitempty"`
+	// ReportedWakeAt is the agent's own last report of its next due time.
+	ReportedWakeAt *time.Time `json:"reported_wake_at,omitempty"`
 }
 
 // Sandboxes lists the registry's sandboxes with the manager's live state,
@@ -34,7 +36,7 @@ func (m *Manager) Sandboxes(ctx context.Context) ([]Sandbox, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range rows {
-		s := Sandbox{User: r.UserID, Name: r.Name, State: storedState(r.State), Endpoint: r.Endpoint, Subnet: r.Subnet.String(), LastActive: r.LastActiveAt, WakeAt: r.WakeAt}
+		s := Sandbox{User: r.UserID, Name: r.Name, State: storedState(r.State), Endpoint: r.Endpoint, Subnet: r.Subnet.String(), LastActive: r.LastActiveAt, WakeAt: r.WakeAt, ReportedWakeAt: r.ReportedWakeAt}
 		if b := m.boxes[r.UserID]; b != nil && b.state != Unknown {
 			s.State, s.LastActive = b.state, b.lastActive
 		}

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -87,7 +89,12 @@ func (a *Admin) Handler() http.Handler {
 		return nil
 	}))
 	mux.HandleFunc("POST /admin/evict", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
-		return a.Manager.Evict(r.Context(), user)
+		to := lifecycle.State(cmp.Or(r.URL.Query().Get("to"), string(lifecycle.Removed)))
+		err := a.Manager.EvictTo(r.Context(), user, to)
+		if errors.Is(err, lifecycle.ErrNotATier) {
+			return problem.New(http.StatusBadRequest, "bad-tier", "to is paused, stopped or removed (the default)")
+		}
+		return err
 	}))
 	mux.HandleFunc("GET /admin/backup", a.withUser(a.withArchiver(a.backup)))
 	mux.HandleFunc("POST /admin/restore", a.withUser(a.withArchiver(a.restore)))
