@@ -162,8 +162,8 @@ func (s *soak) setupUser(t *testing.T, i int) *soakUser {
 	mustGet(t, id, tok, "/health")
 	u.Sandbox = sandboxName(t, id)
 	grant(t, id, tok, "set_reminder")
-	mustPost(t, id, tok, "/agents", `{"name":"ann","may_message":["bob"]}`, 201)
 	mustPost(t, id, tok, "/agents", `{"name":"bob"}`, 201)
+	mustPost(t, id, tok, "/agents", `{"name":"ann","may_message":["bob"]}`, 201)
 	mustPost(t, id, tok, "/agents", `{"name":"appr"}`, 201)
 	grant(t, id+"/agents/ann", tok, "send_message")
 	u.MainConv = conversationOf(t, id, tok)
@@ -321,6 +321,7 @@ func (s *soak) checkOnce() (soakChecks, []string) {
 	merge(checkOrphans(objects, registry))
 	answers, failures, retry := s.client.ledger.snapshot()
 	merge(checkRequests(answers, failures, retry, faults))
+	stores.add("reads that failed", len(stores.Pending))
 	merge(stores)
 	var out soakChecks
 	var pending []string
