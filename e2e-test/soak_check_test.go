@@ -62,127 +62,6 @@ func (iv *invariant) merge(o invariant) {
 	iv.Pending = append(iv.Pending, o.Pending...)
 }
 
-// soakEntry is a stored entry as /inspect returns it.
-type soakEntry struct {
-	ID         int64           `json:"id"`
-	Kind       string          `json:"kind"`
-	Text       string          `json:"text"`
-	RunID      int64           `json:"run_id"`
-	ToolCallID string          `json:"tool_call_id"`
-	ToolName   string          `json:"tool_name"`
-	IsError    bool            `json:"is_error"`
-	ToolCalls  json.RawMessage `json:"tool_calls"`
-	Arguments  json.RawMessage `json:"arguments"`
-	Data       json.RawMessage `json:"data"`
-}
-
-// final reports whether e is a reply that ends its run's turn.
-func (e soakEntry) final() bool {
-	return e.Kind == "assistant_message" && (len(e.ToolCalls) == 0 || string(e.ToolCalls) == "null" || string(e.ToolCalls) == "[]")
-}
-
-// soakTask is a live task as /inspect returns it.
-type soakTask struct {
-	ID         int64           `json:"id"`
-	Kind       string          `json:"kind"`
-	State      string          `json:"state"`
-	Deadline   *time.Time      `json:"deadline"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
-}
-
-// convView is one conversation: every entry, its live tasks, its usage.
-type convView struct {
-	ID      int64
-	Title   string
-	Entries []soakEntry
-	Tasks   []soakTask
-	Usage   map[string]modelUsage // by model
-}
-
-type modelUsage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-	Calls        int64 `json:"calls"`
-}
-
-// live reports whether run (a task id) is still a live task here.
-func (c *convView) live(run int64) bool {
-	for _, t := range c.Tasks {
-		if t.ID == run {
-			return true
-		}
-	}
-	return false
-}
-
-// busy reports whether anything but sleeping background work (a job's
-// next time, a reminder not yet due) is live in the conversation.
-func (c *convView) busy(now time.Time) bool {
-	for _, t := range c.Tasks {
-		if t.State != "sleeping" || (t.Kind != "job" && t.Deadline != nil && t.Deadline.Before(now.Add(time.Minute))) {
-			return true
-		}
-	}
-	return false
-}
-
-// agentView is one agent's conversations.
-type agentView struct {
-	Convs map[int64]*convView
-}
-
-// userView is what the stores hold about one user.
-type userView struct {
-	Agents           map[string]*agentView // main, ann, bob, appr, worker
-	PendingApprovals []approvalView        // appr's
-	PendingReminders []string              // main's, their texts
-	ApprovalsLog     string                // the workspace's approvals.log
-	Uploads          map[string]string     // path -> sha256 of what reads back; "" when it does not
-	Notifications    []notificationRow
-	Sink             []delivery // what reached the user's notification URL
-	Spend            []spendRow
-	GatewayUsage     []gatewayUsageRow
-	Prices           map[string]price
-}
-
-func (v *userView) conv(agent string, id int64) *convView {
-	if agent == "" {
-		agent = "main"
-	}
-	if a := v.Agents[agent]; a != nil {
-		return a.Convs[id]
-	}
-	return nil
-}
-
-type notificationRow struct {
-	Key    string `json:"key"`
-	Status string `json:"status"`
-	Text   string `json:"text"`
-}
-
-type spendRow struct {
-	ID       int64     `json:"id"`
-	Model    string    `json:"model"`
-	At       time.Time `json:"at"`
-	Reserved int64     `json:"reserved"`
-	Cost     *int64    `json:"cost"`
-	Settled  bool      `json:"settled"`
-}
-
-type gatewayUsageRow struct {
-	Model        string `json:"model"`
-	Calls        int64  `json:"calls"`
-	InputTokens  int64  `json:"input_tokens"`
-	OutputTokens int64  `json:"output_tokens"`
-}
-
-// price is USD per million tokens, as GET /api/spend lists it.
-type price struct {
-	Input  float64 `json:"input_per_million"`
-	Output float64 `json:"output_per_million"`
-}
-
 // checkPrompts: every accepted prompt is in its conversation exactly once
 // and its run has exactly one reply that ends it. Prompts are told apart by
 // their text, unique in the soak (every prompt also carries a requestId, so
@@ -855,25 +734,9 @@ func checkSpend(u *soakUser, v *userView, faults []fault, now time.Time) invaria
 	iv.add("left open (call cut)", openRows)
 	iv.add("gateway calls", int(gwCalls))
 	iv.add("calls the agents kept", int(agentCalls))
-	iv.add("charged, reply lost to a fault", usageRows-int(agentCalls))
+	iv.add("rows whose reply no agent kept (cut, asked again)", max(len(v.Spend)-int(agentCalls), 0))
 	iv.add("ledger µ$", int(ledgerCost))
 	return iv
-}
-
-// dockerObject is one labelled container, network or volume.
-type dockerObject struct {
-	Kind    string // container, network, volume
-	ID      string
-	Name    string
-	Sandbox string // its affido.sandbox label
-}
-
-// registrySandbox is one row of the registry (sandboxes or the warm pool's).
-type registrySandbox struct {
-	Name      string `json:"name"`
-	User      string `json:"user"`
-	State     string `json:"state"`
-	Container string `json:"container"`
 }
 
 // checkOrphans: every labelled Docker object of the stack belongs to a

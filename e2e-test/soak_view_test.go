@@ -17,8 +17,146 @@ import (
 // Reading the stores for the invariants: each agent's conversations
 // through its API (every entry, live tasks, usage), the registry,
 // notifications and spend ledger in Postgres, the notification sink's log,
-// and Docker's listings. A read that fails is a problem the report names;
-// nothing here fails the test by itself.
+// and Docker's listings, and the shapes they are read into. A read that
+// fails is a problem the report names; nothing here fails the test by
+// itself.
+
+// soakEntry is a stored entry as /inspect returns it.
+type soakEntry struct {
+	ID         int64           `json:"id"`
+	Kind       string          `json:"kind"`
+	Text       string          `json:"text"`
+	RunID      int64           `json:"run_id"`
+	ToolCallID string          `json:"tool_call_id"`
+	ToolName   string          `json:"tool_name"`
+	IsError    bool            `json:"is_error"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// final reports whether e is a reply that ends its run's turn.
+func (e soakEntry) final() bool {
+	return e.Kind == "assistant_message" && (len(e.ToolCalls) == 0 || string(e.ToolCalls) == "null" || string(e.ToolCalls) == "[]")
+}
+
+// soakTask is a live task as /inspect returns it.
+type soakTask struct {
+	ID         int64           `json:"id"`
+	Kind       string          `json:"kind"`
+	State      string          `json:"state"`
+	Deadline   *time.Time      `json:"deadline"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+}
+
+// convView is one conversation: every entry, its live tasks, its usage.
+type convView struct {
+	ID      int64
+	Title   string
+	Entries []soakEntry
+	Tasks   []soakTask
+	Usage   map[string]modelUsage // by model
+}
+
+type modelUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	Calls        int64 `json:"calls"`
+}
+
+// live reports whether run (a task id) is still a live task here.
+func (c *convView) live(run int64) bool {
+	for _, t := range c.Tasks {
+		if t.ID == run {
+			return true
+		}
+	}
+	return false
+}
+
+// busy reports whether anything but sleeping background work (a job's
+// next time, a reminder not yet due) is live in the conversation.
+func (c *convView) busy(now time.Time) bool {
+	for _, t := range c.Tasks {
+		if t.State != "sleeping" || (t.Kind != "job" && t.Deadline != nil && t.Deadline.Before(now.Add(time.Minute))) {
+			return true
+		}
+	}
+	return false
+}
+
+// agentView is one agent's conversations.
+type agentView struct {
+	Convs map[int64]*convView
+}
+
+// userView is what the stores hold about one user.
+type userView struct {
+	Agents           map[string]*agentView // main, ann, bob, appr, worker
+	PendingApprovals []approvalView        // appr's
+	PendingReminders []string              // main's, their texts
+	ApprovalsLog     string                // the workspace's approvals.log
+	Uploads          map[string]string     // path -> sha256 of what reads back; "" when it does not
+	Notifications    []notificationRow
+	Sink             []delivery // what reached the user's notification URL
+	Spend            []spendRow
+	GatewayUsage     []gatewayUsageRow
+	Prices           map[string]price
+}
+
+func (v *userView) conv(agent string, id int64) *convView {
+	if agent == "" {
+		agent = "main"
+	}
+	if a := v.Agents[agent]; a != nil {
+		return a.Convs[id]
+	}
+	return nil
+}
+
+type notificationRow struct {
+	Key    string `json:"key"`
+	Status string `json:"status"`
+	Text   string `json:"text"`
+}
+
+type spendRow struct {
+	ID       int64     `json:"id"`
+	Model    string    `json:"model"`
+	At       time.Time `json:"at"`
+	Reserved int64     `json:"reserved"`
+	Cost     *int64    `json:"cost"`
+	Settled  bool      `json:"settled"`
+}
+
+type gatewayUsageRow struct {
+	Model        string `json:"model"`
+	Calls        int64  `json:"calls"`
+	InputTokens  int64  `json:"input_tokens"`
+	OutputTokens int64  `json:"output_tokens"`
+}
+
+// price is USD per million tokens, as GET /api/spend lists it.
+type price struct {
+	Input  float64 `json:"input_per_million"`
+	Output float64 `json:"output_per_million"`
+}
+
+// dockerObject is one labelled container, network or volume.
+type dockerObject struct {
+	Kind    string // container, network, volume
+	ID      string
+	Name    string
+	Sandbox string // its affido.sandbox label
+}
+
+// registrySandbox is one row of the registry (sandboxes or the warm pool's).
+type registrySandbox struct {
+	Name      string `json:"name"`
+	User      string `json:"user"`
+	State     string `json:"state"`
+	Container string `json:"container"`
+}
 
 // soakReadBudget bounds one read of the checks: the faults are over.
 const soakReadBudget = 90 * time.Second
