@@ -4,7 +4,8 @@
 # Caddy) that e2e-test/run.sh starts and removes, then the Kubernetes runtime's
 # tests against a real kube-apiserver and etcd (built once by
 # scripts/k8s-assets.sh, in the background while the other steps run).
-# Ends with "N passed, N failed".
+# --soak runs the chaos soak instead, and nothing else. Ends with "N passed,
+# N failed".
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -13,6 +14,7 @@ export GOTOOLCHAIN=local
 usage() {
   cat <<USAGE
 Usage: ./verify.sh [--quick] [--stress]
+       ./verify.sh --soak [MINUTES]
 
   (no option)  go vet, go test -race ./..., e2e-test/run.sh against real Docker,
                the engine contract suite on Docker, then the Kubernetes tests
@@ -20,15 +22,32 @@ Usage: ./verify.sh [--quick] [--stress]
   --quick      go vet, the unit tests and the Kubernetes tests (no Docker)
   --stress     the same, while one busy-looping process per core competes for
                the CPU the whole time (the suite must hold on a busy machine)
+  --soak [MINUTES]
+               only the chaos soak (e2e-test/soak_test.go, not part of the other
+               runs): a mixed load for 4 users through Caddy for MINUTES (default
+               10) while faults are injected at random moments, then every
+               invariant checked from the stores; then its mutation check, a
+               2-minute soak that drops one pending reminder from an agent's
+               store and must report exactly that one lost. Prints the faults
+               injected and each invariant's counts. AFFIDO_SOAK_SEED replays a
+               run's choices, AFFIDO_SOAK_USERS sets the users.
 USAGE
 }
 
 quick=no
 stress=no
+soak=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) quick=yes ;;
     --stress) stress=yes ;;
+    --soak)
+      soak=10
+      if [[ $# -gt 1 && $2 =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+        soak=$2
+        shift
+      fi
+      ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -88,6 +107,54 @@ step_e2e() {
     failed=$((failed + 1))
   fi
   [[ $rc -eq 0 ]] || echo "e2e failed; full log: $LOG/e2e.log" >&2
+}
+
+# soak_run MINUTES LOG [ENV...]: the soak alone against a throwaway stack,
+# with a workspace quota small enough for its disk-fill fault to reach.
+soak_run() {
+  local minutes=$1 log=$2 rc=0
+  shift 2
+  env AFFIDO_SOAK_MINUTES="$minutes" AFFIDO_WORKSPACE_QUOTA_MB=64 \
+    AFFIDO_E2E_TIMEOUT="$(awk -v m="$minutes" 'BEGIN { printf "%dm", m + 30 }')" "$@" \
+    e2e-test/run.sh '^TestSoak$' >"$log" 2>&1 || rc=$?
+  grep -E '^soak:' "$log" || true
+  return "$rc"
+}
+
+# step_soak runs the chaos soak and counts its result like the e2e step.
+step_soak() {
+  echo "==> chaos soak: $soak minutes (e2e-test/soak_test.go; log $LOG/soak.log)"
+  local rc=0 line
+  soak_run "$soak" "$LOG/soak.log" || rc=$?
+  line=$(grep -E '^e2e: [0-9]+ passed, [0-9]+ failed' "$LOG/soak.log" | tail -n 1 || true)
+  if [[ -n "$line" ]]; then
+    passed=$((passed + $(awk '{print $2}' <<<"$line")))
+    failed=$((failed + $(awk '{print $4}' <<<"$line")))
+  fi
+  if [[ $rc -ne 0 && -z "$line" ]]; then
+    failed=$((failed + 1))
+  fi
+  if ! grep -q '^--- PASS: TestSoak ' "$LOG/soak.log" && ! grep -q '^--- FAIL: TestSoak ' "$LOG/soak.log"; then
+    echo "the soak did not run; log: $LOG/soak.log" >&2
+    failed=$((failed + 1))
+  fi
+  [[ $rc -eq 0 ]] || echo "the soak failed; full log: $LOG/soak.log" >&2
+}
+
+# step_soak_mutation runs a 2-minute soak that deletes one pending reminder
+# from an agent's store behind its back. The soak must fail on it: this
+# check passes when the reminders invariant reported exactly that reminder
+# lost ("soak: mutation drop-reminder: … caught").
+step_soak_mutation() {
+  echo "==> mutation check: a 2-minute soak that drops one reminder (log $LOG/soak-mutation.log)"
+  soak_run 2 "$LOG/soak-mutation.log" AFFIDO_SOAK_MUTATE=drop-reminder || true
+  if grep -qE '^soak: mutation drop-reminder: .*: caught$' "$LOG/soak-mutation.log"; then
+    echo "mutation check: the soak caught the dropped reminder"
+    passed=$((passed + 1))
+  else
+    echo "mutation check: the soak did NOT catch the dropped reminder; log: $LOG/soak-mutation.log" >&2
+    failed=$((failed + 1))
+  fi
 }
 
 # step_docker_contract runs the engine contract suite (the one the
@@ -209,6 +276,13 @@ IMAGES_PID=
 PG_DIR=
 PG_STOP=()
 trap cleanup EXIT
+if [[ -n $soak ]]; then
+  step_soak
+  step_soak_mutation
+  echo "verify: $passed passed, $failed failed"
+  [[ $failed -eq 0 ]]
+  exit
+fi
 [[ $stress == no ]] || start_stress
 start_k8s_assets
 timed "go vet" step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }

@@ -44,6 +44,8 @@ Usage: e2e-test/run.sh [--keep] [GO_TEST_RUN_REGEXP]
 Starts the $AFFIDO_STACK stack on port $AFFIDO_PORT, runs the e2e suites, and
 removes the stack (containers, networks, volumes; images are kept).
   --keep   leave the stack running afterwards, for debugging
+AFFIDO_E2E_TIMEOUT (45m) bounds the go test run; the soak (./verify.sh --soak)
+sets it from its length.
 USAGE
 }
 
@@ -83,7 +85,7 @@ main() {
   build_probe
 
   local rc=0
-  go test -tags e2e -count=1 -v -timeout 45m ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
+  go test -tags e2e -count=1 -v -timeout "${AFFIDO_E2E_TIMEOUT:-45m}" ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
   # The compose path on a fresh clone rebuilds the affido/*:dev images, so
   # it runs alone, after the others (its own stack beside this one).
   if [[ -z $run_filter || TestComposeUpOnAFreshClone =~ $run_filter ]]; then

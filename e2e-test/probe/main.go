@@ -22,6 +22,8 @@
 //	                        /push… answers 201 and logs the body in base64 (a Web Push)
 //	probe -sink ADDR -mcp ADDR2
 //	                        the sink, and the test MCP server on ADDR2 (see mcp.go)
+//	probe -sql DB STATEMENT run one SQL statement against the SQLite database DB beside
+//	                        its other writers; print the rows it changed (see sql.go)
 package main
 
 import (
@@ -174,6 +176,10 @@ func main() {
 	}
 	if len(os.Args) > 5 && os.Args[1] == "-postn" { // -postn N URL BODY TOKEN: N POSTs one after another
 		postN(os.Args[2], os.Args[3], os.Args[4], os.Args[5])
+		return
+	}
+	if len(os.Args) > 3 && os.Args[1] == "-sql" {
+		execSQL(os.Args[2], os.Args[3])
 		return
 	}
 	if len(os.Args) > 7 && os.Args[1] == "-chatn" {
