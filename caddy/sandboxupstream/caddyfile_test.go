@@ -24,6 +24,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/affido/affido/caddy/controlkey"
+	_ "github.com/affido/affido/caddy/profile"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
 )
 
@@ -446,6 +447,36 @@ func TestCaddyRoute(t *testing.T) {
 		}
 		if got := s.lastHeaders().Get("X-Affido-Control-Key"); got != "" {
 			t.Fatalf("the agent saw the control key %q", got)
+		}
+	})
+
+	// Profiles show what Caddy does with every user's requests: only the
+	// manager's key opens them, on the control listener; a client (the user
+	// listener) and a sandbox (the gateway listener, the only one on a user
+	// network) get nothing.
+	t.Run("profiles answer the manager's key on the control listener only", func(t *testing.T) {
+		for _, p := range []string{"/_profile/cpu?seconds=1", "/_profile/trace?seconds=1", "/debug/pprof/", "/debug/pprof/profile?seconds=1"} {
+			for _, c := range []struct {
+				base string
+				hdr  map[string]string
+				want int
+			}{
+				{s.user, control, 404},
+				{s.gateway, control, 404},
+				{s.control, nil, 401},
+				{s.control, map[string]string{"X-Affido-Control-Key": "guess"}, 401},
+			} {
+				if code, body := get(t, c.base+p, c.hdr); code != c.want {
+					t.Errorf("%s%s with %v: %d %.100q, want %d", c.base, p, c.hdr, code, body, c.want)
+				}
+			}
+		}
+		code, body := get(t, s.control+"/_profile/block?seconds=1", control)
+		if code != 200 || len(body) == 0 {
+			t.Fatalf("the manager's key: %d %.100q", code, body)
+		}
+		if code, _ := get(t, s.control+"/debug/pprof/", control); code != 404 {
+			t.Errorf("/debug/pprof/ on the control listener: %d, want 404", code)
 		}
 	})
 }

@@ -40,8 +40,13 @@ type Config struct {
 	Concurrency int    // concurrent warm requests for the throughput figure
 	Prompts     int    // prompt round trips per kind
 	Density     int    // with N > 0, also bring the stack to N sandboxes at rest and measure it
-	Out         string // JSON output file
-	Log         io.Writer
+	// ProfileDir, if set, also receives the manager's and Caddy's profiles
+	// over one window of ProfileSeconds (default 10) holding a pool claim,
+	// a resume and ProfileWarm warm requests, with SUMMARY.txt.
+	ProfileDir     string
+	ProfileSeconds int
+	Out            string // JSON output file
+	Log            io.Writer
 }
 
 // Figure is one measured row.
@@ -121,6 +126,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Result, error) {
 		{"burst", r.burst},
 		{"from the pool", r.fromPool},
 		{"prompt", r.prompts},
+		{"profile", r.profile},
 		{"density", r.density},
 		{"density at N", r.densityAt},
 	}
