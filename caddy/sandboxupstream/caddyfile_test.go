@@ -74,7 +74,7 @@ func (s *stack) resolveCalls() []url.Values {
 	return append([]url.Values(nil), s.resolves...)
 }
 
-func listen(t *testing.T, addr string) net.Listener {
+func listen(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -83,19 +83,19 @@ func listen(t *testing.T, addr string) net.Listener {
 	return ln
 }
 
-func freeAddr(t *testing.T, ip string) string {
+func freeAddr(t testing.TB, ip string) string {
 	ln := listen(t, ip+":0")
 	defer ln.Close()
 	return ln.Addr().String()
 }
 
-func serve(t *testing.T, ln net.Listener, h http.Handler) {
+func serve(t testing.TB, ln net.Listener, h http.Handler) {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 }
 
-func startStack(t *testing.T) *stack {
+func startStack(t testing.TB) *stack {
 	if testing.Short() {
 		t.Skip("starts Caddy")
 	}
