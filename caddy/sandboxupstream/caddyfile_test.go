@@ -36,6 +36,25 @@ type stack struct {
 	gatewayHeaders         []http.Header
 	callerKeys             [][]string  // X-Affido-Caller as each request reached a sandbox or the manager
 	headers                http.Header // of the last request that reached a stand-in
+	// What the stand-in manager answers for carol and dave, changed by the
+	// tests as a revoke, a pause or a move would: revoked tokens get 401;
+	// a user's endpoint, "" for a sandbox that cannot be served (503).
+	revoked   map[string]bool
+	endpoints map[string]string
+}
+
+// revoke makes the stand-in manager refuse token from now on.
+func (s *stack) revoke(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.revoked[token] = true
+}
+
+// setEndpoint makes the stand-in manager answer ep for user ("": 503).
+func (s *stack) setEndpoint(user, ep string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endpoints[user] = ep
 }
 
 // callerKeySeen returns the X-Affido-Caller values of the last request that
@@ -99,7 +118,7 @@ func startStack(t testing.TB) *stack {
 	if testing.Short() {
 		t.Skip("starts Caddy")
 	}
-	s := &stack{}
+	s := &stack{revoked: map[string]bool{}, endpoints: map[string]string{}}
 	for name, ip := range map[string]string{"A": "127.0.1.2", "B": "127.0.1.3"} {
 		ln := listen(t, ip+":0")
 		if name == "A" {
@@ -143,9 +162,13 @@ func startStack(t testing.TB) *stack {
 		s.mu.Lock()
 		s.resolves = append(s.resolves, q)
 		s.mu.Unlock()
-		tokens := map[string]string{"a-token": "alice", "b-token": "bob", "n-token": "nohdr", "e-token": "evil"}
+		tokens := map[string]string{"a-token": "alice", "b-token": "bob", "n-token": "nohdr", "e-token": "evil", "c-token": "carol", "d-token": "dave"}
 		c, err := r.Cookie("better-auth.session_token")
-		if err != nil || tokens[c.Value] == "" {
+		s.mu.Lock()
+		revoked := err == nil && s.revoked[c.Value]
+		ep, moving := s.endpoints[q.Get("user")]
+		s.mu.Unlock()
+		if err != nil || tokens[c.Value] == "" || revoked {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
@@ -153,7 +176,13 @@ func startStack(t testing.TB) *stack {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
+		if moving && ep == "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		switch q.Get("user") {
+		case "carol", "dave":
+			w.Header().Set("X-Sandbox-Endpoint", ep)
 		case "alice":
 			w.Header().Set("X-Sandbox-Endpoint", s.sbA)
 		case "bob":
@@ -447,6 +476,48 @@ func TestCaddyRoute(t *testing.T) {
 		}
 		if got := s.lastHeaders().Get("X-Affido-Control-Key"); got != "" {
 			t.Fatalf("the agent saw the control key %q", got)
+		}
+	})
+
+	// Issue 30: however warm the path, the edge takes no decision the
+	// manager no longer gives. These pass with forward_auth asking the
+	// manager every time; a decision cache at the edge must keep them.
+	t.Run("a revoked credential is refused on the next request, however warm", func(t *testing.T) {
+		carol := map[string]string{"Cookie": "better-auth.session_token=c-token"}
+		s.setEndpoint("carol", s.sbA)
+		for i := range 20 {
+			if code, body := get(t, s.user+"/u/carol/health", carol); code != 200 || !strings.HasPrefix(body, "sandbox A") {
+				t.Fatalf("warm request %d: %d %q", i, code, body)
+			}
+		}
+		s.revoke("c-token")
+		before := len(s.callerKeysSeen())
+		if code, body := get(t, s.user+"/u/carol/health", carol); code != 401 || strings.Contains(body, "sandbox") {
+			t.Fatalf("the next request after the revoke: %d %q", code, body)
+		}
+		if seen := s.callerKeysSeen(); len(seen) != before+1 {
+			t.Fatalf("%d requests reached a stand-in, want the manager's one", len(seen)-before)
+		}
+	})
+	t.Run("a sandbox the manager stops serving or moves is never dialled from a stale decision", func(t *testing.T) {
+		dave := map[string]string{"Cookie": "better-auth.session_token=d-token"}
+		s.setEndpoint("dave", s.sbA)
+		for i := range 20 {
+			if code, body := get(t, s.user+"/u/dave/health", dave); code != 200 || !strings.HasPrefix(body, "sandbox A") {
+				t.Fatalf("warm request %d: %d %q", i, code, body)
+			}
+		}
+		s.setEndpoint("dave", "") // paused, stopped or removed, and not brought back
+		before := len(s.callerKeysSeen())
+		if code, body := get(t, s.user+"/u/dave/health", dave); code != 503 || strings.Contains(body, "sandbox A") {
+			t.Fatalf("the next request after the pause: %d %q", code, body)
+		}
+		if seen := s.callerKeysSeen(); len(seen) != before+1 {
+			t.Fatalf("%d requests reached a stand-in, want the manager's one", len(seen)-before)
+		}
+		s.setEndpoint("dave", s.sbB) // brought back at another address
+		if code, body := get(t, s.user+"/u/dave/health", dave); code != 200 || !strings.HasPrefix(body, "sandbox B") {
+			t.Fatalf("the next request after the move: %d %q", code, body)
 		}
 	})
 
