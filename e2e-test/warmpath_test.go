@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -40,19 +38,10 @@ func refusedNext(t *testing.T, what, user string, hdr map[string]string) {
 // session and a signed-out session are refused on the very next request
 // through Caddy, with every cache warm for them.
 func TestWarmPathRevocation(t *testing.T) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	user := "warm-" + hex.EncodeToString(b)
-	reportOnFailure(t, user)
-	code := strings.TrimSpace(docker(t, "exec", managerName(), "/bin/affido", "admin", "invite", user))
-	resp, m := send(t, "POST", "/auth/sign-up", fmt.Sprintf(`{"user":%q,"password":"a long password","invite":%q}`, user, code), nil)
-	if resp.StatusCode != 200 || m["user"] != user {
-		t.Fatalf("invited sign-up: %d %v", resp.StatusCode, m)
-	}
-	first := map[string]string{"Cookie": "better-auth.session_token=" + sessionCookie(t, resp)}
-	resp, _ = send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"a long password"}`, user), nil)
+	user, first := signUpInvited(t, "warm")
+	resp, _ := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"a long password"}`, user), nil)
 	second := map[string]string{"Cookie": "better-auth.session_token=" + sessionCookie(t, resp)}
-	resp, m = send(t, "POST", "/api/tokens", `{"name":"warm"}`, first)
+	resp, m := send(t, "POST", "/api/tokens", `{"name":"warm"}`, first)
 	tok, _ := m["token"].(string)
 	if resp.StatusCode != 201 || tok == "" {
 		t.Fatalf("create a token: %d %v", resp.StatusCode, m)

@@ -482,39 +482,33 @@ func TestCaddyRoute(t *testing.T) {
 	// Issue 30: however warm the path, the edge takes no decision the
 	// manager no longer gives. These pass with forward_auth asking the
 	// manager every time; a decision cache at the edge must keep them.
-	t.Run("a revoked credential is refused on the next request, however warm", func(t *testing.T) {
-		carol := map[string]string{"Cookie": "better-auth.session_token=c-token"}
-		s.setEndpoint("carol", s.sbA)
+	// warmThen sends 20 requests for user (each answered by sandbox A),
+	// calls change, and wants the next request answered want by the
+	// manager alone: no sandbox reached.
+	warmThen := func(t *testing.T, user string, hdr map[string]string, change func(), want int) {
+		t.Helper()
+		s.setEndpoint(user, s.sbA)
 		for i := range 20 {
-			if code, body := get(t, s.user+"/u/carol/health", carol); code != 200 || !strings.HasPrefix(body, "sandbox A") {
+			if code, body := get(t, s.user+"/u/"+user+"/health", hdr); code != 200 || !strings.HasPrefix(body, "sandbox A") {
 				t.Fatalf("warm request %d: %d %q", i, code, body)
 			}
 		}
-		s.revoke("c-token")
+		change()
 		before := len(s.callerKeysSeen())
-		if code, body := get(t, s.user+"/u/carol/health", carol); code != 401 || strings.Contains(body, "sandbox") {
-			t.Fatalf("the next request after the revoke: %d %q", code, body)
+		if code, body := get(t, s.user+"/u/"+user+"/health", hdr); code != want || strings.Contains(body, "sandbox") {
+			t.Fatalf("the next request: %d %q, want %d", code, body, want)
 		}
 		if seen := s.callerKeysSeen(); len(seen) != before+1 {
 			t.Fatalf("%d requests reached a stand-in, want the manager's one", len(seen)-before)
 		}
+	}
+	t.Run("a revoked credential is refused on the next request, however warm", func(t *testing.T) {
+		warmThen(t, "carol", map[string]string{"Cookie": "better-auth.session_token=c-token"}, func() { s.revoke("c-token") }, 401)
 	})
 	t.Run("a sandbox the manager stops serving or moves is never dialled from a stale decision", func(t *testing.T) {
 		dave := map[string]string{"Cookie": "better-auth.session_token=d-token"}
-		s.setEndpoint("dave", s.sbA)
-		for i := range 20 {
-			if code, body := get(t, s.user+"/u/dave/health", dave); code != 200 || !strings.HasPrefix(body, "sandbox A") {
-				t.Fatalf("warm request %d: %d %q", i, code, body)
-			}
-		}
-		s.setEndpoint("dave", "") // paused, stopped or removed, and not brought back
-		before := len(s.callerKeysSeen())
-		if code, body := get(t, s.user+"/u/dave/health", dave); code != 503 || strings.Contains(body, "sandbox A") {
-			t.Fatalf("the next request after the pause: %d %q", code, body)
-		}
-		if seen := s.callerKeysSeen(); len(seen) != before+1 {
-			t.Fatalf("%d requests reached a stand-in, want the manager's one", len(seen)-before)
-		}
+		// Paused, stopped or removed, and not brought back.
+		warmThen(t, "dave", dave, func() { s.setEndpoint("dave", "") }, 503)
 		s.setEndpoint("dave", s.sbB) // brought back at another address
 		if code, body := get(t, s.user+"/u/dave/health", dave); code != 200 || !strings.HasPrefix(body, "sandbox B") {
 			t.Fatalf("the next request after the move: %d %q", code, body)
