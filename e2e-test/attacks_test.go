@@ -424,3 +424,51 @@ func TestAttackToolsCannotHideFilesFromTheOwner(t *testing.T) {
 		}
 	}
 }
+
+// Go profiles (issue 30) show what Caddy and the manager do with every
+// user's requests. Neither a sandbox (from its own network, where only the
+// gateway listener answers), nor a client (Caddy's published port), nor
+// anything on the control network without the key gets one; the manager's
+// are on its admin socket alone. The manager's key and the admin socket do.
+func TestAttackProfilesAreNotServedToSandboxesOrClients(t *testing.T) {
+	user, tok := newUser(t, "atk-prof")
+	mustGet(t, user, tok, "/health")
+	userNet := stack + "-" + user + "-net"
+	control := stack + "_control"
+	caddy := env("AFFIDO_CADDY_IP", "10.212.1.10")
+	manager := ipOn(t, managerName(), control)
+	probe := func(network, url string, hdr ...string) string {
+		out, _ := dockerTry(append([]string{"run", "--rm", "--network", network, "affido/probe:test", "-geth", url}, hdr...)...)
+		return out
+	}
+	for _, path := range []string{"/_profile/cpu?seconds=1", "/_profile/trace?seconds=1", "/debug/pprof/", "/debug/pprof/profile?seconds=1", "/admin/profile/cpu?seconds=1"} {
+		if out := probe(userNet, "http://gateway:8088"+path); !strings.HasPrefix(out, "404 ") {
+			t.Errorf("from a sandbox's network, gateway:8088%s: %.200s", path, out)
+		}
+		if r := request(t, "GET", path, nil); r.Code != 404 {
+			t.Errorf("from a client, %s: %d %.200s", path, r.Code, r.Body)
+		}
+		if out := probe(control, "http://"+manager+":9090"+path); strings.HasPrefix(out, "200 ") || strings.HasPrefix(out, "error") {
+			t.Errorf("the manager's :9090%s from the control network: %.200s", path, out)
+		}
+	}
+	for _, hdr := range [][]string{nil, {"X-Affido-Control-Key:" + strings.Repeat("0", 64)}} {
+		if out := probe(control, "http://"+caddy+":8081/_profile/cpu?seconds=1", hdr...); !strings.HasPrefix(out, "401 ") {
+			t.Errorf("Caddy's control listener with %q: %.200s", hdr, out)
+		}
+	}
+
+	// What may read them does.
+	key := ""
+	for _, kv := range strings.Split(docker(t, "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", caddyName()), "\n") {
+		if v, ok := strings.CutPrefix(kv, "AFFIDO_CONTROL_KEY="); ok {
+			key = v
+		}
+	}
+	if out := probe(control, "http://"+caddy+":8081/_profile/allocs?seconds=1", "X-Affido-Control-Key:"+key); !strings.HasPrefix(out, "200 ") {
+		t.Errorf("Caddy's profile with the manager's key: %.200s", out)
+	}
+	if out := docker(t, "exec", managerName(), "/bin/affido", "admin", "profile", "allocs", "--seconds", "1"); len(out) == 0 {
+		t.Error("the manager's profile on its admin socket is empty")
+	}
+}

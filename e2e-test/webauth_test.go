@@ -46,6 +46,23 @@ func sessionCookie(t *testing.T, resp *http.Response) string {
 	return ""
 }
 
+// signUpInvited makes a new user named prefix-<random> through an invite
+// and the web sign-up, with the password "a long password", and returns it
+// with its session cookie.
+func signUpInvited(t *testing.T, prefix string) (string, map[string]string) {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	user := prefix + "-" + hex.EncodeToString(b)
+	reportOnFailure(t, user)
+	code := strings.TrimSpace(docker(t, "exec", managerName(), "/bin/affido", "admin", "invite", user))
+	resp, m := send(t, "POST", "/auth/sign-up", fmt.Sprintf(`{"user":%q,"password":"a long password","invite":%q}`, user, code), nil)
+	if resp.StatusCode != 200 || m["user"] != user {
+		t.Fatalf("invited sign-up: %d %v", resp.StatusCode, m)
+	}
+	return user, map[string]string{"Cookie": "better-auth.session_token=" + sessionCookie(t, resp)}
+}
+
 // Sign-in against the real registry through Caddy: the seeded dev user, an
 // invited user, sessions and API tokens, and what is refused.
 func TestWebSignInAccountsAndTokens(t *testing.T) {
@@ -142,14 +159,7 @@ func TestWebSignInAccountsAndTokens(t *testing.T) {
 // for a new user, its right password is refused, 429 account-locked with
 // Retry-After, while dev-user signs in from the same address.
 func TestWebWrongPasswordsLockOneAccount(t *testing.T) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	user := "lock-" + hex.EncodeToString(b)
-	reportOnFailure(t, user)
-	code := strings.TrimSpace(docker(t, "exec", managerName(), "/bin/affido", "admin", "invite", user))
-	if resp, m := send(t, "POST", "/auth/sign-up", fmt.Sprintf(`{"user":%q,"password":"a long password","invite":%q}`, user, code), nil); resp.StatusCode != 200 {
-		t.Fatalf("invited sign-up: %d %v", resp.StatusCode, m)
-	}
+	user, _ := signUpInvited(t, "lock")
 	for i := range 5 {
 		if resp, _ := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"wrong password"}`, user), nil); resp.StatusCode != 401 {
 			t.Fatalf("wrong password %d: %d", i+1, resp.StatusCode)

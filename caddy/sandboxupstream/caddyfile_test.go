@@ -24,6 +24,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/affido/affido/caddy/controlkey"
+	_ "github.com/affido/affido/caddy/profile"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
 )
 
@@ -40,6 +41,25 @@ type stack struct {
 	// interpose, if set, sees every request to the stand-in manager first
 	// and says whether it answered it.
 	interpose func(w http.ResponseWriter, r *http.Request) bool
+	// What the stand-in manager answers for carol and dave, changed by the
+	// tests as a revoke, a pause or a move would: revoked tokens get 401;
+	// a user's endpoint, "" for a sandbox that cannot be served (503).
+	revoked   map[string]bool
+	endpoints map[string]string
+}
+
+// revoke makes the stand-in manager refuse token from now on.
+func (s *stack) revoke(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.revoked[token] = true
+}
+
+// setEndpoint makes the stand-in manager answer ep for user ("": 503).
+func (s *stack) setEndpoint(user, ep string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endpoints[user] = ep
 }
 
 // callerKeySeen returns the X-Affido-Caller values of the last request that
@@ -78,7 +98,7 @@ func (s *stack) resolveCalls() []url.Values {
 	return append([]url.Values(nil), s.resolves...)
 }
 
-func listen(t *testing.T, addr string) net.Listener {
+func listen(t testing.TB, addr string) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -87,24 +107,24 @@ func listen(t *testing.T, addr string) net.Listener {
 	return ln
 }
 
-func freeAddr(t *testing.T, ip string) string {
+func freeAddr(t testing.TB, ip string) string {
 	ln := listen(t, ip+":0")
 	defer ln.Close()
 	return ln.Addr().String()
 }
 
-func serve(t *testing.T, ln net.Listener, h http.Handler) *http.Server {
+func serve(t testing.TB, ln net.Listener, h http.Handler) *http.Server {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return srv
 }
 
-func startStack(t *testing.T) *stack {
+func startStack(t testing.TB) *stack {
 	if testing.Short() {
 		t.Skip("starts Caddy")
 	}
-	s := &stack{}
+	s := &stack{revoked: map[string]bool{}, endpoints: map[string]string{}}
 	for name, ip := range map[string]string{"A": "127.0.1.2", "B": "127.0.1.3"} {
 		ln := listen(t, ip+":0")
 		if name == "A" {
@@ -154,9 +174,13 @@ func startStack(t *testing.T) *stack {
 		s.mu.Lock()
 		s.resolves = append(s.resolves, q)
 		s.mu.Unlock()
-		tokens := map[string]string{"a-token": "alice", "b-token": "bob", "n-token": "nohdr", "e-token": "evil"}
+		tokens := map[string]string{"a-token": "alice", "b-token": "bob", "n-token": "nohdr", "e-token": "evil", "c-token": "carol", "d-token": "dave"}
 		c, err := r.Cookie("better-auth.session_token")
-		if err != nil || tokens[c.Value] == "" {
+		s.mu.Lock()
+		revoked := err == nil && s.revoked[c.Value]
+		ep, moving := s.endpoints[q.Get("user")]
+		s.mu.Unlock()
+		if err != nil || tokens[c.Value] == "" || revoked {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
@@ -164,7 +188,13 @@ func startStack(t *testing.T) *stack {
 			w.WriteHeader(http.StatusForbidden)
 			return
 		}
+		if moving && ep == "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		switch q.Get("user") {
+		case "carol", "dave":
+			w.Header().Set("X-Sandbox-Endpoint", ep)
 		case "alice":
 			w.Header().Set("X-Sandbox-Endpoint", s.sbA)
 		case "bob":
@@ -459,6 +489,72 @@ func TestCaddyRoute(t *testing.T) {
 		}
 		if got := s.lastHeaders().Get("X-Affido-Control-Key"); got != "" {
 			t.Fatalf("the agent saw the control key %q", got)
+		}
+	})
+
+	// Issue 30: however warm the path, the edge takes no decision the
+	// manager no longer gives. These pass with forward_auth asking the
+	// manager every time; a decision cache at the edge must keep them.
+	// warmThen sends 20 requests for user (each answered by sandbox A),
+	// calls change, and wants the next request answered want by the
+	// manager alone: no sandbox reached.
+	warmThen := func(t *testing.T, user string, hdr map[string]string, change func(), want int) {
+		t.Helper()
+		s.setEndpoint(user, s.sbA)
+		for i := range 20 {
+			if code, body := get(t, s.user+"/u/"+user+"/health", hdr); code != 200 || !strings.HasPrefix(body, "sandbox A") {
+				t.Fatalf("warm request %d: %d %q", i, code, body)
+			}
+		}
+		change()
+		before := len(s.callerKeysSeen())
+		if code, body := get(t, s.user+"/u/"+user+"/health", hdr); code != want || strings.Contains(body, "sandbox") {
+			t.Fatalf("the next request: %d %q, want %d", code, body, want)
+		}
+		if seen := s.callerKeysSeen(); len(seen) != before+1 {
+			t.Fatalf("%d requests reached a stand-in, want the manager's one", len(seen)-before)
+		}
+	}
+	t.Run("a revoked credential is refused on the next request, however warm", func(t *testing.T) {
+		warmThen(t, "carol", map[string]string{"Cookie": "better-auth.session_token=c-token"}, func() { s.revoke("c-token") }, 401)
+	})
+	t.Run("a sandbox the manager stops serving or moves is never dialled from a stale decision", func(t *testing.T) {
+		dave := map[string]string{"Cookie": "better-auth.session_token=d-token"}
+		// Paused, stopped or removed, and not brought back.
+		warmThen(t, "dave", dave, func() { s.setEndpoint("dave", "") }, 503)
+		s.setEndpoint("dave", s.sbB) // brought back at another address
+		if code, body := get(t, s.user+"/u/dave/health", dave); code != 200 || !strings.HasPrefix(body, "sandbox B") {
+			t.Fatalf("the next request after the move: %d %q", code, body)
+		}
+	})
+
+	// Profiles show what Caddy does with every user's requests: only the
+	// manager's key opens them, on the control listener; a client (the user
+	// listener) and a sandbox (the gateway listener, the only one on a user
+	// network) get nothing.
+	t.Run("profiles answer the manager's key on the control listener only", func(t *testing.T) {
+		for _, p := range []string{"/_profile/cpu?seconds=1", "/_profile/trace?seconds=1", "/debug/pprof/", "/debug/pprof/profile?seconds=1"} {
+			for _, c := range []struct {
+				base string
+				hdr  map[string]string
+				want int
+			}{
+				{s.user, control, 404},
+				{s.gateway, control, 404},
+				{s.control, nil, 401},
+				{s.control, map[string]string{"X-Affido-Control-Key": "guess"}, 401},
+			} {
+				if code, body := get(t, c.base+p, c.hdr); code != c.want {
+					t.Errorf("%s%s with %v: %d %.100q, want %d", c.base, p, c.hdr, code, body, c.want)
+				}
+			}
+		}
+		code, body := get(t, s.control+"/_profile/block?seconds=1", control)
+		if code != 200 || len(body) == 0 {
+			t.Fatalf("the manager's key: %d %.100q", code, body)
+		}
+		if code, _ := get(t, s.control+"/debug/pprof/", control); code != 404 {
+			t.Errorf("/debug/pprof/ on the control listener: %d, want 404", code)
 		}
 	})
 }

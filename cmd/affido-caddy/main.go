@@ -1,5 +1,6 @@
-// Command affido-caddy is Caddy with the standard modules and Affido's
-// sandbox upstream module. What the binary contains is chosen by imports.
+// Command affido-caddy is Caddy with the standard modules and Affido's own
+// (sandbox upstream, control key, profiles). What the binary contains is
+// chosen by imports.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/affido/affido/caddy/controlkey"
+	_ "github.com/affido/affido/caddy/profile"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
 )
 

@@ -42,8 +42,13 @@ type Config struct {
 	Prompts     int    // prompt round trips per kind
 	Lateness    int    // samples per tier of reminder and job lateness, quiet and busy (0: skip)
 	Density     int    // with N > 0, also bring the stack to N sandboxes at rest and measure it
-	Out         string // JSON output file
-	Log         io.Writer
+	// ProfileDir, if set, also receives the manager's and Caddy's profiles
+	// over one window of ProfileSeconds (default 10) holding a pool claim,
+	// a resume and ProfileWarm warm requests, with SUMMARY.txt.
+	ProfileDir     string
+	ProfileSeconds int
+	Out            string // JSON output file
+	Log            io.Writer
 }
 
 // Figure is one measured row.
@@ -125,6 +130,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Result, error) {
 		{"from the pool", r.fromPool},
 		{"prompt", r.prompts},
 		{"lateness", r.lateness},
+		{"profile", r.profile},
 		{"density", r.density},
 		{"density at N", r.densityAt},
 	}

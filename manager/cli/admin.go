@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/affido/affido/internal/profiling"
 	"github.com/affido/affido/manager/account"
 )
 
@@ -107,6 +108,7 @@ func adminCmd() *cobra.Command {
 	cmd.AddCommand(
 		sandboxesCmd(),
 		metricsCmd(),
+		profileCmd(),
 		poolCmd(),
 		&cobra.Command{
 			Use:   "capacity MAX",
@@ -177,6 +179,32 @@ func metricsCmd() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// profileCmd writes one of the manager's Go profiles, taken over the next
+// --seconds, to stdout (affido bench --profile reads it through docker exec).
+func profileCmd() *cobra.Command {
+	var seconds int
+	cmd := &cobra.Command{
+		Use:       "profile " + strings.Join(profiling.Kinds, "|"),
+		Short:     "Write the manager's CPU, allocation, block or mutex profile, or a trace, over the next --seconds to stdout",
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: profiling.Kinds,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			resp, err := adminDo(http.MethodGet, "/admin/profile/"+args[0], url.Values{"seconds": {strconv.Itoa(seconds)}}, nil,
+				time.Duration(seconds)*time.Second+30*time.Second)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(cmd.OutOrStdout(), resp.Body); err != nil {
+				return fmt.Errorf("read the %s profile: %w", args[0], err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&seconds, "seconds", 10, fmt.Sprintf("the window (1 to %d)", profiling.MaxSeconds))
+	return cmd
 }
 
 // sandboxesCmd lists the sandboxes, as a table or (--json) as the admin

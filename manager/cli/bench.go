@@ -39,6 +39,8 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&cfg.Prompts, "prompts", 30, "prompt round trips per kind")
 	f.IntVar(&cfg.Lateness, "lateness", 5, "reminder and job lateness samples per idle tier (paused, stopped, removed, hung), quiet and with every core busy; 0 skips (about 5 minutes)")
 	f.IntVar(&cfg.Density, "density", 0, "also bring the stack to N sandboxes at rest and measure memory, resume and networks there (slow: run once)")
+	f.StringVar(&cfg.ProfileDir, "profile", "", "also write the manager's and Caddy's CPU, allocation, block and mutex profiles and traces of a pool claim, a resume and 1,000 warm requests to this directory")
+	f.IntVar(&cfg.ProfileSeconds, "profile-seconds", 10, "the profile window")
 	f.StringVar(&cfg.Out, "out", "", "JSON output (default bench-results/bench-<time>.json)")
 	return cmd
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/affido/affido/internal/problem"
+	"github.com/affido/affido/internal/profiling"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/lifecycle"
@@ -51,6 +52,9 @@ func (a *Admin) Handler() http.Handler {
 	if a.Metrics != nil {
 		mux.Handle("GET /admin/metrics", promhttp.HandlerFor(prometheus.Gatherers{a.Metrics.Registry, prometheus.DefaultGatherer}, promhttp.HandlerOpts{}))
 	}
+	// Go profiles over a window (affido bench --profile), on this socket
+	// alone like the metrics.
+	mux.Handle("GET /admin/profile/", http.StripPrefix("/admin/profile", profiling.Handler()))
 	mux.HandleFunc("GET /admin/sandboxes", a.serve(func(w http.ResponseWriter, r *http.Request) error {
 		list, err := a.Manager.Sandboxes(r.Context())
 		if err != nil {
