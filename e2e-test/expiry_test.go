@@ -82,8 +82,14 @@ func TestApprovalExpiresAcrossManagerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		items = in.Entries.Items
+		decided := false // the model's reply to the refusal comes after the expiry's record
 		for _, e := range items {
-			if e.RunID == a.RunID && e.Kind == "assistant_message" {
+			if e.RunID != a.RunID {
+				continue
+			}
+			if e.Kind == "approval_decision" {
+				decided = true
+			} else if decided && e.Kind == "assistant_message" {
 				return true
 			}
 		}
