@@ -182,7 +182,14 @@ func TestRemindersFireInSleepingSandboxes(t *testing.T) {
 	for _, tc := range []struct {
 		state string
 		ahead time.Duration
-	}{{"paused", 6 * time.Second}, {"stopped", 14 * time.Second}, {"removed", 20 * time.Second}} {
+	}{
+		// Each is due well past the tier that takes the sandbox down
+		// (the e2e stack's tiers: stop at 8 s, remove at 13 s idle) plus
+		// that tier's wake lead: no tier takes a sandbox down within its
+		// lead of a due time, and the lead grows with the slowest recent
+		// resume (several seconds on a busy machine).
+		{"paused", 6 * time.Second}, {"stopped", 20 * time.Second}, {"removed", 30 * time.Second},
+	} {
 		t.Run(tc.state, func(t *testing.T) {
 			t.Parallel()
 			user, tok := reminderUser(t, "rem-"+tc.state, "/"+tc.state)
