@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/provision"
 )
 
@@ -231,10 +232,7 @@ func (r *runner) firstLate(ctx context.Context, user, path, kind string) (time.D
 }
 
 // listed is one sandbox as `affido admin sandboxes --json` lists it.
-type listed struct {
-	User, Name, State string
-	ReportedWakeAt    *time.Time `json:"reported_wake_at"`
-}
+type listed = lifecycle.Sandbox
 
 // listing is the manager's list of sandboxes, read at most every
 // listEvery however many samples wait on it: each read is a docker exec,
@@ -283,7 +281,7 @@ func (r *runner) waitSandbox(ctx context.Context, user string, within time.Durat
 				if ok(s) {
 					return nil
 				}
-				last = s.State
+				last = string(s.State)
 			}
 		}
 		if time.Now().After(deadline) {

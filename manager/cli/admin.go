@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/affido/affido/internal/profiling"
 	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/lifecycle"
 )
 
 // adminSocket is where the running manager's admin API listens.
@@ -208,7 +210,7 @@ func profileCmd() *cobra.Command {
 }
 
 // sandboxesCmd lists the sandboxes, as a table or (--json) as the admin
-// API's JSON.
+// API's JSON, unchanged (the bench waits on its reported_wake_at).
 func sandboxesCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -216,37 +218,37 @@ func sandboxesCmd() *cobra.Command {
 		Short: "List sandboxes (users' and the warm pool's): user, name, state, last activity",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var list []struct {
-				User       string     `json:"user,omitempty"`
-				Name       string     `json:"name"`
-				State      string     `json:"state"`
-				Endpoint   string     `json:"endpoint,omitempty"`
-				Subnet     string     `json:"subnet"`
-				LastActive time.Time  `json:"last_active,omitzero"`
-				WakeAt     *time.Time `json:"wake_at,omitempty"`
-			}
-			if err := adminCall(http.MethodGet, "/admin/sandboxes", nil, &list); err != nil {
+			var raw []byte
+			if err := adminCall(http.MethodGet, "/admin/sandboxes", nil, &raw); err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(list)
+			if asJSON { // the admin API's JSON as it is, indented
+				var out bytes.Buffer
+				if err := json.Indent(&out, raw, "", "  "); err != nil {
+					return fmt.Errorf("the admin API answered %q: %w", raw, err)
+				}
+				out.WriteByte('\n')
+				_, err := cmd.OutOrStdout().Write(out.Bytes())
+				return err
+			}
+			var list []lifecycle.Sandbox
+			if err := json.Unmarshal(raw, &list); err != nil {
+				return fmt.Errorf("the admin API answered %q: %w", raw, err)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "USER\tNAME\tSTATE\tSUBNET\tLAST ACTIVE\tWAKE AT")
+			fmt.Fprintln(tw, "USER\tNAME\tSTATE\tSUBNET\tLAST ACTIVE\tWAKE AT\tREPORTED WAKE")
+			at := func(t *time.Time) string {
+				if t == nil || t.IsZero() {
+					return "-"
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
 			for _, s := range list {
-				user, wake, last := s.User, "-", "-"
+				user := s.User
 				if user == "" {
 					user = "-"
 				}
-				if s.WakeAt != nil {
-					wake = s.WakeAt.UTC().Format(time.RFC3339)
-				}
-				if !s.LastActive.IsZero() {
-					last = s.LastActive.UTC().Format(time.RFC3339)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", user, s.Name, s.State, s.Subnet, last, wake)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", user, s.Name, s.State, s.Subnet, at(&s.LastActive), at(s.WakeAt), at(s.ReportedWakeAt))
 			}
 			return tw.Flush()
 		},
