@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/netip"
 	"os"
@@ -76,8 +77,11 @@ func summarize(name string, ds []time.Duration) Figure {
 	}
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	// Nearest rank: the smallest sample with at least p of them at or
+	// below it. With fewer than 100 samples p99 is the largest, never a
+	// smaller one (rounding the index down under-reported it).
 	pct := func(p float64) float64 {
-		i := int(p * float64(len(s)-1))
+		i := max(int(math.Ceil(p*float64(len(s))))-1, 0)
 		return float64(s[i].Microseconds()) / 1000
 	}
 	return Figure{Name: name, Samples: len(s), P50ms: pct(0.5), P99ms: pct(0.99), MaxMs: float64(s[len(s)-1].Microseconds()) / 1000}
