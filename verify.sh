@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# verify.sh: every test. go vet and the unit tests with -race; beside them,
-# from the start, the steps that need Docker (the images, the e2e suites and
-# sandbox lifecycle checks against a real stack of Docker, Postgres and
-# Caddy that e2e-test/run.sh starts and removes, the engine contract suite);
-# then the Kubernetes runtime's tests against a real kube-apiserver and etcd
-# (built once by scripts/k8s-assets.sh, in the background).
+# verify.sh: every test. go vet, the unit tests with -race, then the e2e
+# suites and sandbox lifecycle checks against a real stack (Docker, Postgres,
+# Caddy) that e2e-test/run.sh starts and removes, then the Kubernetes runtime's
+# tests against a real kube-apiserver and etcd (built once by
+# scripts/k8s-assets.sh, in the background while the other steps run).
 # --soak runs the chaos soak instead, and nothing else. Ends with "N passed,
 # N failed".
 set -euo pipefail
@@ -93,11 +92,13 @@ step_unit() {
   report_go "$LOG/unit.log" "$rc" "unit tests"
 }
 
-# count_e2e LOGFILE RC: add an e2e-test/run.sh run's "e2e: N passed, N
-# failed" line to the totals (a failed run without one counts as a failure).
-count_e2e() {
-  local rc=$2 line
-  line=$(grep -E '^e2e: [0-9]+ passed, [0-9]+ failed' "$1" | tail -n 1 || true)
+step_e2e() {
+  echo "==> e2e-test/run.sh"
+  local rc=0
+  e2e-test/run.sh >"$LOG/e2e.log" 2>&1 || rc=$?
+  grep -E '^(--- FAIL|\s+--- FAIL|\s+\S+_test.go:[0-9]+:|ok|FAIL|e2e:)' "$LOG/e2e.log" || true
+  local line
+  line=$(grep -E '^e2e: [0-9]+ passed, [0-9]+ failed' "$LOG/e2e.log" | tail -n 1 || true)
   if [[ -n "$line" ]]; then
     passed=$((passed + $(awk '{print $2}' <<<"$line")))
     failed=$((failed + $(awk '{print $4}' <<<"$line")))
@@ -105,13 +106,7 @@ count_e2e() {
   if [[ $rc -ne 0 && -z "$line" ]]; then
     failed=$((failed + 1))
   fi
-}
-
-# report_e2e RC: show the e2e run's failures (from its log) and count it.
-report_e2e() {
-  grep -E '^(--- FAIL|\s+--- FAIL|\s+\S+_test.go:[0-9]+:|ok|FAIL|e2e:)' "$LOG/e2e.log" || true
-  count_e2e "$LOG/e2e.log" "$1"
-  [[ $1 -eq 0 ]] || echo "e2e failed; full log: $LOG/e2e.log" >&2
+  [[ $rc -eq 0 ]] || echo "e2e failed; full log: $LOG/e2e.log" >&2
 }
 
 # soak_run MINUTES LOG [ENV...]: the soak alone against a throwaway stack,
@@ -129,9 +124,16 @@ soak_run() {
 # step_soak runs the chaos soak and counts its result like the e2e step.
 step_soak() {
   echo "==> chaos soak: $soak minutes (e2e-test/soak_test.go; log $LOG/soak.log)"
-  local rc=0
+  local rc=0 line
   soak_run "$soak" "$LOG/soak.log" || rc=$?
-  count_e2e "$LOG/soak.log" "$rc"
+  line=$(grep -E '^e2e: [0-9]+ passed, [0-9]+ failed' "$LOG/soak.log" | tail -n 1 || true)
+  if [[ -n "$line" ]]; then
+    passed=$((passed + $(awk '{print $2}' <<<"$line")))
+    failed=$((failed + $(awk '{print $4}' <<<"$line")))
+  fi
+  if [[ $rc -ne 0 && -z "$line" ]]; then
+    failed=$((failed + 1))
+  fi
   if ! grep -q '^--- PASS: TestSoak ' "$LOG/soak.log" && ! grep -q '^--- FAIL: TestSoak ' "$LOG/soak.log"; then
     echo "the soak did not run; log: $LOG/soak.log" >&2
     failed=$((failed + 1))
@@ -155,63 +157,39 @@ step_soak_mutation() {
   fi
 }
 
-# run_docker_contract runs the engine contract suite (the one the
+# step_docker_contract runs the engine contract suite (the one the
 # Kubernetes step runs against the API server) against the real Docker
 # engine, with the agent image the e2e step built.
-run_docker_contract() {
-  AFFIDO_TEST_DOCKER=1 go test -race -count=1 -timeout 15m -v -run '^TestContractDocker$' ./manager/provision/ >"$LOG/contract-docker.log" 2>&1
+step_docker_contract() {
+  echo "==> engine contract suite on Docker (manager/provision)"
+  local rc=0
+  AFFIDO_TEST_DOCKER=1 go test -race -count=1 -timeout 15m -v -run '^TestContractDocker$' ./manager/provision/ >"$LOG/contract-docker.log" 2>&1 || rc=$?
+  report_go "$LOG/contract-docker.log" "$rc" "the Docker contract suite"
 }
 
-# start_docker_steps runs, in the background from the start, everything
-# that needs Docker, in order: the images (./dev.sh build: on a fresh
-# machine mostly apt, debootstrap and the static binaries), the e2e suites
-# (whose ./dev.sh up finds the images built) and the engine contract suite.
-# The e2e suites are the longest step and mostly wait on the stack, so
-# they overlap go vet and the unit tests instead of following them (the
-# suite must hold on a busy machine anyway). Each step's outcome and time
-# go to files that report_docker_steps reads once it is done.
-start_docker_steps() {
-  echo "==> in the background: ./dev.sh build, then e2e-test/run.sh, then the Docker contract suite (logs in $LOG)"
-  rm -f "$LOG"/docker-steps.*
-  (
-    t=$SECONDS
-    ./dev.sh build >"$LOG/images.log" 2>&1 || echo "the image build failed (log $LOG/images.log); ./dev.sh up builds again" >"$LOG/docker-steps.images-failed"
-    echo "images (background)          $((SECONDS - t))" >>"$LOG/docker-steps.times"
-    t=$SECONDS rc=0
-    e2e-test/run.sh >"$LOG/e2e.log" 2>&1 || rc=$?
-    echo "$rc" >"$LOG/docker-steps.e2e-rc"
-    echo "e2e (background)             $((SECONDS - t))" >>"$LOG/docker-steps.times"
-    t=$SECONDS rc=0
-    run_docker_contract || rc=$?
-    echo "$rc" >"$LOG/docker-steps.contract-rc"
-    echo "Docker contract (background) $((SECONDS - t))" >>"$LOG/docker-steps.times"
-  ) &
-  DOCKER_PID=$!
+# start_images builds the binaries and the stack's images in the
+# background (./dev.sh build: on a fresh machine mostly apt and debootstrap,
+# waiting on disk and network), so they overlap the unit tests; e2e's
+# ./dev.sh up then finds them built. A failure here is only logged: up
+# builds again and reports it.
+start_images() {
+  echo "==> ./dev.sh build (in the background; log $LOG/images.log)"
+  ./dev.sh build >"$LOG/images.log" 2>&1 &
+  IMAGES_PID=$!
 }
 
-# report_docker_steps waits for the background Docker steps, then reports
-# them as if they had run here.
-report_docker_steps() {
-  [[ -n ${DOCKER_PID:-} ]] || return 0
-  wait "$DOCKER_PID" || true
-  DOCKER_PID=
-  [[ ! -f $LOG/docker-steps.images-failed ]] || cat "$LOG/docker-steps.images-failed"
-  echo "==> e2e-test/run.sh (ran in the background)"
-  report_e2e "$(cat "$LOG/docker-steps.e2e-rc" 2>/dev/null || echo 1)"
-  echo "==> engine contract suite on Docker (manager/provision; ran in the background)"
-  report_go "$LOG/contract-docker.log" "$(cat "$LOG/docker-steps.contract-rc" 2>/dev/null || echo 1)" "the Docker contract suite"
-  while read -r line; do
-    TIMES+=("$(printf '%-28s %4d s' "${line% *}" "${line##* }")")
-  done <"$LOG/docker-steps.times"
+wait_images() {
+  [[ -n ${IMAGES_PID:-} ]] || return 0
+  wait "$IMAGES_PID" || echo "==> the background image build failed (log $LOG/images.log); ./dev.sh up builds again"
+  IMAGES_PID=
 }
 
 # start_k8s_assets builds kube-apiserver and etcd in the background (once:
 # a no-op when the cache has them), so the first build overlaps the other
-# steps. It runs niced: its result is needed only at the end, and the
-# steps on the way there (the e2e suites above all) should not wait on it.
+# steps.
 start_k8s_assets() {
-  echo "==> scripts/k8s-assets.sh build (in the background, niced; log $LOG/k8s-assets.log)"
-  nice -n 10 scripts/k8s-assets.sh build >"$LOG/k8s-assets.log" 2>&1 &
+  echo "==> scripts/k8s-assets.sh build (in the background; log $LOG/k8s-assets.log)"
+  scripts/k8s-assets.sh build >"$LOG/k8s-assets.log" 2>&1 &
   K8S_PID=$!
 }
 
@@ -266,11 +244,7 @@ cleanup() {
   [[ ${#PG_STOP[@]} -eq 0 ]] || "${PG_STOP[@]}" >/dev/null 2>&1 || true
   [[ -z ${PG_DIR:-} ]] || rm -rf "$PG_DIR"
   [[ -z ${K8S_PID:-} ]] || kill "$K8S_PID" 2>/dev/null || true
-  if [[ -n ${DOCKER_PID:-} ]]; then
-    # e2e-test/run.sh removes its stack when it is stopped
-    pkill -TERM -P "$DOCKER_PID" 2>/dev/null || true
-    kill "$DOCKER_PID" 2>/dev/null || true
-  fi
+  [[ -z ${IMAGES_PID:-} ]] || kill "$IMAGES_PID" 2>/dev/null || true
   [[ ${#STRESS_PIDS[@]} -eq 0 ]] || kill "${STRESS_PIDS[@]}" 2>/dev/null || true
 }
 
@@ -298,7 +272,7 @@ timed() {
 
 STRESS_PIDS=()
 K8S_PID=
-DOCKER_PID=
+IMAGES_PID=
 PG_DIR=
 PG_STOP=()
 trap cleanup EXIT
@@ -311,13 +285,17 @@ if [[ -n $soak ]]; then
 fi
 [[ $stress == no ]] || start_stress
 start_k8s_assets
-[[ $quick == yes ]] || start_docker_steps
 timed "go vet" step_vet || { echo "go vet failed"; echo "0 passed, 1 failed"; exit 1; }
 start_test_postgres
+[[ $quick == yes ]] || start_images
 timed "unit tests (-race)" step_unit
-[[ $quick == yes ]] || timed "waiting for the Docker steps" report_docker_steps
+if [[ $quick == no ]]; then
+  timed "images (rest of the build)" wait_images
+  timed "e2e (stack up, suites)" step_e2e
+  timed "Docker contract suite" step_docker_contract
+fi
 timed "Kubernetes (rest of build, tests)" step_k8s
-echo "==> where the time went ($SECONDS s in all; the Docker steps and the Kubernetes build ran in the background from the start):"
+echo "==> where the time went ($SECONDS s in all; the image and Kubernetes builds ran in the background from the start):"
 printf '    %s\n' "${TIMES[@]}"
 echo "verify: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -225,10 +225,23 @@ func jobRuns(t *testing.T, path, tok string, conv int64) []map[string]any {
 	return out
 }
 
+// newJob schedules a job for user and deletes it when the test ends: a
+// job left behind wakes its sandbox for the rest of the run, load that the
+// later tests did not ask for (and a slot TestCapacityFullIs429 counts on).
 func newJob(t *testing.T, user, tok, cron string) (id, conv int64) {
 	t.Helper()
 	j := mustPost(t, user, tok, "/jobs", fmt.Sprintf(`{"cron":%q,"prompt":"tick for %s"}`, cron, user), 201)
-	return int64(j["id"].(float64)), int64(j["conversation_id"].(float64))
+	id, conv = int64(j["id"].(float64)), int64(j["conversation_id"].(float64))
+	t.Cleanup(func() {
+		req, _ := http.NewRequest("DELETE", fmt.Sprintf("%s/u/%s/jobs/%d", baseURL, user, id), nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if resp, err := client.Do(req); err != nil {
+			t.Logf("delete job %d of %s: %v", id, user, err)
+		} else {
+			resp.Body.Close()
+		}
+	})
+	return id, conv
 }
 
 // waitJobRun waits, without touching the sandbox (docker inspect only),

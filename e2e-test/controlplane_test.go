@@ -497,7 +497,9 @@ func TestMetricsAreExported(t *testing.T) {
 		t.Errorf("/metrics on the control network: %.200s", out)
 	}
 	out := docker(t, "exec", managerName(), "affido", "admin", "metrics")
-	for _, want := range []string{"affido_resolve_seconds_bucket", "affido_provision_seconds_count", "affido_unpause_seconds", `affido_sandboxes{state="running"}`} {
+	// The sandboxes gauge has a line per state a sandbox is in; which state
+	// this user's is in by now is the idle tiers' business (3 s here).
+	for _, want := range []string{"affido_resolve_seconds_bucket", "affido_provision_seconds_count", "affido_unpause_seconds", `affido_sandboxes{state="`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
