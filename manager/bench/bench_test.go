@@ -15,9 +15,9 @@ func TestSummarizeNearestRank(t *testing.T) {
 		}
 		return ds
 	}
-	hundred := make([]int, 200)
-	for i := range hundred {
-		hundred[i] = i + 1
+	twoHundred := make([]int, 200)
+	for i := range twoHundred {
+		twoHundred[i] = i + 1
 	}
 	for _, c := range []struct {
 		name     string
@@ -27,7 +27,7 @@ func TestSummarizeNearestRank(t *testing.T) {
 		{"one", ms(7), 7, 7},
 		{"three", ms(30, 10, 20), 20, 30},
 		{"ten", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 5, 10},
-		{"two hundred", ms(hundred...), 100, 198},
+		{"two twoHundred", ms(twoHundred...), 100, 198},
 	} {
 		f := summarize(c.name, c.in)
 		if f.P50ms != c.p50 || f.P99ms != c.p99 || f.Samples != len(c.in) {
