@@ -85,11 +85,11 @@ main() {
   build_probe
 
   local rc=0
-  go test -tags e2e -count=1 -v -timeout "${AFFIDO_E2E_TIMEOUT:-45m}" ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
+  CGO_ENABLED=0 go test -trimpath -tags e2e -count=1 -v -timeout "${AFFIDO_E2E_TIMEOUT:-45m}" ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
   # The compose path on a fresh clone rebuilds the affido/*:dev images, so
   # it runs alone, after the others (its own stack beside this one).
   if [[ -z $run_filter || TestComposeUpOnAFreshClone =~ $run_filter ]]; then
-    AFFIDO_E2E_COMPOSE=1 go test -tags e2e -count=1 -v -timeout 15m -run '^TestComposeUpOnAFreshClone$' ./e2e-test/ 2>&1 \
+    AFFIDO_E2E_COMPOSE=1 CGO_ENABLED=0 go test -trimpath -tags e2e -count=1 -v -timeout 15m -run '^TestComposeUpOnAFreshClone$' ./e2e-test/ 2>&1 \
       | tee -a "$LOG/go-test.log" || rc=$?
   fi
   local passed failed
