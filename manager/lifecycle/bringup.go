@@ -18,8 +18,19 @@ var errNeedSlot = errors.New("bring-up needs an admission slot")
 // resume, a claim from the pool) goes ahead at once; a heavy one (create,
 // start) first waits its turn in the admission queue and then takes the
 // user's registry lock, in that order, so waiting holds no connection.
-// Caller holds b.op.
+// A container that stops while its agent is awaited is brought up again
+// (twice at most). Caller holds b.op.
 func (m *Manager) bringUp(ctx context.Context, b *box) (netip.AddrPort, error) {
+	for tries := 1; ; tries++ {
+		ep, err := m.bringUpOnce(ctx, b)
+		if !errors.Is(err, errNotRunningWhileAwaited) || tries == 3 {
+			return ep, err
+		}
+		m.log.Info("sandbox stopped running during its bring-up; bringing it up again", "user", b.user, "err", err)
+	}
+}
+
+func (m *Manager) bringUpOnce(ctx context.Context, b *box) (netip.AddrPort, error) {
 	m.mu.Lock()
 	if m.servingLocked(b) { // a bring-up just before this one did it
 		ep := b.endpoint
@@ -139,7 +150,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	h, err := m.waitHealthy(ctx, ep)
+	h, err := m.waitHealthy(ctx, n, ep)
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
 	}

@@ -255,16 +255,36 @@ func (m *Manager) endpoint(ctx context.Context, n Names, sn netip.Prefix, c Cont
 	return c.Endpoint, nil
 }
 
-// waitHealthy polls the agent's /health every ProbeInterval until it answers.
-func (m *Manager) waitHealthy(ctx context.Context, ep netip.AddrPort) (sandboxapi.Health, error) {
+// recheckEvery is how often a wait for /health looks whether the
+// container still runs. A container stopped or paused behind the manager's
+// back while its agent was awaited (a `docker stop` during a bring-up)
+// never answers; without the look the wait lasted BringUpTimeout.
+const recheckEvery = time.Second
+
+// errNotRunningWhileAwaited says the container stopped, paused or went
+// while waitHealthy waited for its agent.
+var errNotRunningWhileAwaited = errors.New("the container stopped running while its agent was awaited")
+
+// waitHealthy polls the agent's /health every ProbeInterval until it
+// answers, and every recheckEvery looks at the container: one that no
+// longer runs ends the wait with errNotRunningWhileAwaited.
+func (m *Manager) waitHealthy(ctx context.Context, n Names, ep netip.AddrPort) (sandboxapi.Health, error) {
 	t := time.NewTicker(m.cfg.ProbeInterval)
 	defer t.Stop()
+	recheck := time.Now().Add(recheckEvery)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		h, err := m.agent.Health(pctx, ep)
 		cancel()
 		if err == nil {
 			return h, nil
+		}
+		if now := time.Now(); now.After(recheck) {
+			recheck = now.Add(recheckEvery)
+			c, ierr := m.eng.Inspect(ctx, n)
+			if errors.Is(ierr, ErrNotFound) || ierr == nil && (c.Status == StatusStopped || c.Status == StatusPaused) {
+				return h, fmt.Errorf("wait for /health at %s: %w (%s)", ep, errNotRunningWhileAwaited, c.Status)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -144,7 +144,7 @@ func (m *Manager) buildPool(ctx context.Context, name string) (err error) {
 	if err != nil {
 		return err
 	}
-	h, err := m.waitHealthy(ctx, ep)
+	h, err := m.waitHealthy(ctx, n, ep)
 	if err != nil {
 		return err
 	}
