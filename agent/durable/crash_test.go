@@ -27,7 +27,6 @@ import (
 	"github.com/affido/affido/agent/durable/postgres"
 	"github.com/affido/affido/agent/durable/postgres/pgtest"
 	"github.com/affido/affido/agent/durable/sqlite"
-	"github.com/affido/affido/agent/durable/storetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,33 +44,50 @@ import (
 // ask (a call that waits for the owner until its approval expires), and
 // anything else (an echo).
 
-// crashOpen opens the database of the crash suite: the same kind of opener
-// as the conformance suite's, so another backend runs both unchanged. With
-// CRASH_BACKEND=postgres it is the path's schema on the test Postgres, and
-// every open is a newer generation, as a restarted agent is: it takes the
-// lease the killed process could not give up.
-var crashOpen storetest.Opener = func(path string) (durable.DB, error) {
-	if os.Getenv("CRASH_BACKEND") == "postgres" {
+// crashOpen opens the database of the crash suite on backend be: the same
+// kind of opener as the conformance suite's, so another backend runs both
+// unchanged. On "postgres" it is the path's schema on the test Postgres,
+// and every open is a newer generation, as a restarted agent is: it takes
+// the lease the killed process could not give up.
+func crashOpen(be, path string) (durable.DB, error) {
+	if be == "postgres" {
 		newer := func() int64 { return time.Now().UnixNano() }
 		return pgtest.Opener(os.Getenv(pgtest.EnvDSN), postgres.Options{}, newer)(path)
 	}
 	return sqlite.Open(ctx, path)
 }
 
-// onBackends runs a crash test on SQLite, and on Postgres when the tests
-// are given one; the children inherit CRASH_BACKEND.
+// onBackends runs a crash test on SQLite and, when the tests are given a
+// Postgres, on Postgres beside it (the two share nothing: a child's
+// database is its own file or its own schema).
 func onBackends(t *testing.T, test func(t *testing.T)) {
-	t.Run("sqlite", test)
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		test(t)
+	})
 	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
 		pgtest.DSN(t)
-		t.Setenv("CRASH_BACKEND", "postgres")
 		test(t)
 	})
 }
 
+// backendOf is the backend a crash test runs on: the name of its
+// onBackends subtest ("TestCrashAtChosenPoints/postgres/..."), or, in a
+// child process, CRASH_BACKEND, which the parent sets from it.
+func backendOf(t *testing.T) string {
+	if parts := strings.Split(t.Name(), "/"); len(parts) > 1 && (parts[1] == "sqlite" || parts[1] == "postgres") {
+		return parts[1]
+	}
+	if be := os.Getenv("CRASH_BACKEND"); be != "" {
+		return be
+	}
+	return "sqlite"
+}
+
 func mustCrashOpen(t *testing.T, path string) durable.DB {
 	t.Helper()
-	db, err := crashOpen(path)
+	db, err := crashOpen(backendOf(t), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,11 +324,12 @@ type child struct {
 	late   []string // submitted by the recovery run, while it recovers the rest
 	pause  int
 	env    []string // more environment for every run of the child
+	be     string   // its backend (backendOf the test that made it)
 }
 
 func (c child) cmd(extra ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CRASH_DIR="+c.dir, "CRASH_INPUTS="+strings.Join(c.inputs, ","), fmt.Sprint("CRASH_PAUSE=", c.pause))
+	cmd.Env = append(os.Environ(), "CRASH_BACKEND="+c.be, "CRASH_DIR="+c.dir, "CRASH_INPUTS="+strings.Join(c.inputs, ","), fmt.Sprint("CRASH_PAUSE=", c.pause))
 	cmd.Env = append(append(cmd.Env, c.env...), extra...)
 	return cmd
 }
@@ -592,7 +609,7 @@ func check(t *testing.T, c child) map[string]string {
 }
 
 func newChild(t *testing.T, pause int, inputs ...string) child {
-	return child{dir: t.TempDir(), inputs: inputs, pause: pause}
+	return child{dir: t.TempDir(), inputs: inputs, pause: pause, be: backendOf(t)}
 }
 
 func TestCrashAtChosenPoints(t *testing.T) { onBackends(t, crashAtChosenPoints) }
@@ -661,7 +678,7 @@ func crashAtChosenPoints(t *testing.T) {
 		}
 	})
 	t.Run("while SQLite writes a commit", func(t *testing.T) {
-		if os.Getenv("CRASH_BACKEND") == "postgres" {
+		if backendOf(t) == "postgres" {
 			t.Skip("it watches SQLite's WAL grow; on Postgres the server writes, and a client killed mid-send leaves nothing (the other cases cover it)")
 		}
 		midWrite := 0
@@ -688,7 +705,7 @@ func crashAtChosenPoints(t *testing.T) {
 		// done twice. On Postgres, opening makes one transaction fewer
 		// (the schema comes from migration files, not from a transaction).
 		commits := 14
-		if os.Getenv("CRASH_BACKEND") == "postgres" {
+		if backendOf(t) == "postgres" {
 			commits = 13
 		}
 		for n := 1; n <= commits; n++ {
@@ -769,7 +786,7 @@ func TestCrashApprovalExpiresOnce(t *testing.T) { onBackends(t, crashApprovalExp
 func crashApprovalExpiresOnce(t *testing.T) {
 	killed := 0
 	for n := 1; n <= 30; n++ {
-		c := child{dir: t.TempDir(), inputs: []string{"ask a"}, pause: 10, env: []string{"CRASH_APPROVAL_TTL=300"}}
+		c := child{dir: t.TempDir(), inputs: []string{"ask a"}, pause: 10, env: []string{"CRASH_APPROVAL_TTL=300"}, be: backendOf(t)}
 		cmd, done, finished := startUntil(t, c, "after-commit", time.Millisecond, fmt.Sprint("CRASH_AFTER_COMMIT=", n))
 		if !finished {
 			kill(cmd, done)
