@@ -151,6 +151,7 @@ func TestConversationSurvivesContainerStop(t *testing.T) {
 }
 
 func TestModelPerPromptIsRecorded(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "models")
 	a := prompt(t, user, tok, map[string]any{"text": "one", "model": "fake/echo"})
 	b := prompt(t, user, tok, map[string]any{"text": "two", "model": "fake/alt"})
@@ -231,6 +232,7 @@ func TestAgentKilledDuringUnsafeShell(t *testing.T) {
 }
 
 func TestAgentKilledDuringSafeReadReruns(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "killrd")
 	mustGet(t, user, tok, "/health")
 	name := stack + "-" + user + "-agent"
@@ -257,6 +259,7 @@ func TestAgentKilledDuringSafeReadReruns(t *testing.T) {
 }
 
 func TestFreshSandboxHasNoSessionDatabase(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "fresh")
 	mustGet(t, user, tok, "/health")
 	mustGet(t, user, tok, "/status")
@@ -275,6 +278,7 @@ func TestFreshSandboxHasNoSessionDatabase(t *testing.T) {
 // From the sandbox's own network namespace nothing outside its user network
 // answers; the gateway listener is the only way to a model.
 func TestSandboxEgressOnlyToGateway(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "egress")
 	keepAwake(t, user, tok) // the probes share the sandbox's network namespace
 	name := stack + "-" + user + "-agent"
@@ -325,6 +329,7 @@ func TestSandboxEgressOnlyToGateway(t *testing.T) {
 // The agent image cannot install anything: no package manager or download
 // tool exists, even as a hidden busybox applet, and / is read-only.
 func TestAgentImageHasNoPowers(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "nopowers")
 	mustGet(t, user, tok, "/health")
 	for _, tool := range []string{"apt", "apt-get", "dpkg", "npm", "npx", "corepack", "pip", "pip3", "apk", "wget", "curl", "nc", "ftpget", "tftp", "telnet", "httpd", "ssh"} {

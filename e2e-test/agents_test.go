@@ -55,6 +55,7 @@ func mustPost(t *testing.T, path, tok, route, body string, want int) map[string]
 }
 
 func TestNamedAgentsKeepSeparateConversationsAndReminders(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "agents")
 	bob := user + "/agents/bob"
 	mustPost(t, user, tok, "/agents", `{"name":"bob"}`, 201)
@@ -103,6 +104,7 @@ func waitApproval(t *testing.T, path, tok string) approvalView {
 // main → bob → main → bob, each forward asked of the owner because the
 // message it forwards is outside text; bob's fourth hop is refused.
 func TestAgentMessagesAndTheHopLimit(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "msgs")
 	bob := user + "/agents/bob"
 	mustPost(t, user, tok, "/agents", `{"name":"bob","may_message":["main"]}`, 201)
@@ -176,6 +178,7 @@ func patch(t *testing.T, user, tok, route, body string) {
 // as outside text with the page's sha256; main's next shell call asks,
 // although a rule allows the shell, until the conversation is reset.
 func TestDelegationMakesMainAsk(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, tok := newUser(t, "delegate")
 	worker := user + "/agents/worker"
@@ -299,7 +302,7 @@ func TestJobsFireInSleepingSandboxes(t *testing.T) {
 
 func TestJobSurvivesManagerRestart(t *testing.T) {
 	user, tok := newUser(t, "job-restart")
-	_, conv := newJob(t, user, tok, "* * * * *")
+	_, conv := newJob(t, user, tok, "@every 20s") // not a minute: the next time comes sooner
 	waitStatus(t, user, "paused", 30*time.Second)
 	killManager(t)
 	docker(t, "start", managerName())
@@ -359,6 +362,7 @@ func TestMissedJobRunsOnce(t *testing.T) {
 // A long scripted conversation with a low threshold is summarized; the
 // trace shows the summary and which entries it stands in for.
 func TestCompactionOnALongConversation(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "compact")
 	long := user + "/agents/long"
 	mustPost(t, user, tok, "/agents", `{"name":"long","compact_tokens":1500}`, 201)
@@ -397,6 +401,7 @@ func TestCompactionOnALongConversation(t *testing.T) {
 // still being written) is delivered once after the restart, and main gets
 // bob's one reply.
 func TestMessageDeliveredOnceAcrossSIGKILL(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "msgkill")
 	bob := user + "/agents/bob"
 	mustPost(t, user, tok, "/agents", `{"name":"bob"}`, 201)

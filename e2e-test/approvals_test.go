@@ -119,6 +119,7 @@ func TestApprovalOutlivesKillRestartAndRemoval(t *testing.T) {
 // A deny reaches the model; a changed call asks again; a rule with a
 // condition allows only the calls it matches.
 func TestApprovalDenyChangedArgumentsAndConditions(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "appr-rules")
 	a := ask(t, user, tok, "run: touch denied.txt")
 	if s := decide(t, user, tok, a.ID, `{"decision":"deny","note":"not in my workspace"}`); !strings.Contains(s.Reply, "[denied]") || !strings.Contains(s.Reply, "not in my workspace") {
@@ -183,6 +184,7 @@ func TestApprovalDenyChangedArgumentsAndConditions(t *testing.T) {
 // are refused. (That outside text makes main's shell ask is
 // TestDelegationMakesMainAsk.)
 func TestFetchOutsideTextAndGuard(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, tok := newUser(t, "fetch")
 	worker := user + "/agents/worker" // the helpers' paths are under /u/<this>
@@ -218,8 +220,8 @@ func TestFetchOutsideTextAndGuard(t *testing.T) {
 
 	// The guard, called as the agent calls it (with the sandbox's token,
 	// from inside the sandbox), for every address a page could point at.
+	keepAwake(t, user, tok) // first: the sandbox must stay up for the exec below
 	token, base := sandboxGateway(t, user)
-	keepAwake(t, user, tok)
 	caddy := env("AFFIDO_CADDY_IP", "10.212.1.10")
 	manager := ipOn(t, managerName(), stack+"_control")
 	pool := strings.Split(psql(t, "SELECT endpoint FROM sandboxes WHERE user_id = '"+user+"'"), ":")[0]
@@ -262,6 +264,7 @@ func TestFetchOutsideTextAndGuard(t *testing.T) {
 // web_search asks by default and answers with outside text from the
 // manager's provider (the scripted one here).
 func TestWebSearch(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "search")
 	worker := user + "/agents/worker"
 	a := ask(t, worker, tok, "websearch durable agents")

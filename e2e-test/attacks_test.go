@@ -26,6 +26,7 @@ func shellReply(t *testing.T, user, tok, command string) string {
 // agent over the control path; the agent keeps it in /data); the tools
 // cannot read any process's environment from /proc, nor anything under /data.
 func TestAttackToolsCannotReadTheAgentsSecretsOrState(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-secrets")
 	keepAwake(t, user, tok)
 	if r := shellReply(t, user, tok, "cat /proc/1/environ | base64"); !strings.Contains(r, "Permission denied") {
@@ -71,6 +72,7 @@ func TestAttackToolsCannotReadTheAgentsSecretsOrState(t *testing.T) {
 // A process the model starts in the background ends with its tool call,
 // even one that detaches into a session of its own.
 func TestAttackNoProcessOutlivesItsToolCall(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-bg")
 	if r := shellReply(t, user, tok, "sleep 300 & (setsid sleep 301 &); echo started"); !strings.Contains(r, "started") {
 		t.Fatalf("start: %q", r)
@@ -91,6 +93,7 @@ func TestAttackNoProcessOutlivesItsToolCall(t *testing.T) {
 // 8 MiB and empty at the next call: tried with a file, a hidden file and
 // a read-only directory with a file in it.
 func TestAttackShmKeepsNothingBetweenCalls(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-shm")
 	r := shellReply(t, user, tok, `echo x > /dev/shm/a; echo y > /dev/shm/.h; mkdir -p /dev/shm/d; echo z > /dev/shm/d/f; chmod 500 /dev/shm/d; ls -A /dev/shm | wc -l; cat /proc/mounts`)
 	if !strings.Contains(r, "\n3\n") {
@@ -113,6 +116,7 @@ func TestAttackShmKeepsNothingBetweenCalls(t *testing.T) {
 // Nothing inside the sandbox can call the agent's API: not a program on
 // localhost, not one using the container's own address.
 func TestAttackAgentAPIAnswersOnlyCaddy(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-api")
 	keepAwake(t, user, tok)
 	name := stack + "-" + user + "-agent"
@@ -140,6 +144,7 @@ func TestAttackAgentAPIAnswersOnlyCaddy(t *testing.T) {
 // an IPv4-mapped IPv6 address), or an allowed endpoint that redirects to the
 // admin API or to that listener, delivers nothing there.
 func TestAttackNotificationsCannotBeTurnedInward(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	victim, victimTok := newUser(t, "atk-victim")
 	mustGet(t, victim, victimTok, "/health")
@@ -190,6 +195,7 @@ func TestAttackNotificationsCannotBeTurnedInward(t *testing.T) {
 
 // A page on another site cannot use the session cookie to write.
 func TestAttackCrossSiteCookieWritesAreRefused(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-csrf")
 	docker(t, "exec", managerName(), "/bin/affido", "admin", "session", user, "tok-"+user)
 	cookie := "better-auth.session_token=tok-" + user
@@ -244,6 +250,7 @@ func urlEscape(s string) string {
 // empty one, a forged one, the caller key in its place → 401, and the
 // agent is not reached.
 func TestAttackControlListenerWithoutTheKey(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-ctl")
 	keepAwake(t, user, tok)
 	ep := psql(t, "SELECT endpoint FROM sandboxes WHERE user_id = '"+user+"'")
@@ -270,6 +277,7 @@ func TestAttackControlListenerWithoutTheKey(t *testing.T) {
 // the user's own token, in use, still works, and so does another user's
 // token the manager has never seen.
 func TestAttackTokenGuessingIsThrottled(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-guess")
 	other, otherTok := newUser(t, "atk-guess")
 	mustGet(t, user, tok, "/health")
@@ -297,6 +305,7 @@ func TestAttackTokenGuessingIsThrottled(t *testing.T) {
 // One sandbox cannot queue notifications without end: past the cap
 // (3 in the test stack) the gateway answers 429 and the reminders wait.
 func TestAttackNotificationQueueIsCapped(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, tok := reminderUser(t, "atk-flood", "/fail/flood")
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
@@ -323,6 +332,7 @@ func TestAttackNotificationQueueIsCapped(t *testing.T) {
 // sandbox is no longer busy, although the client still holds its connection
 // to Caddy (whose own bound is 15 min: see caddy/Caddyfile).
 func TestAttackTrickledBodyIsCutOff(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-slow")
 	mustGet(t, user, tok, "/session")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
@@ -350,6 +360,7 @@ func TestAttackTrickledBodyIsCutOff(t *testing.T) {
 // works against the gateway and shows why a model is refused; a body whose
 // keys could mean two things is refused before it goes anywhere.
 func TestGatewayFromInsideTheSandbox(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-gateway")
 	keepAwake(t, user, tok)
 	name := stack + "-" + user + "-agent"
@@ -374,6 +385,7 @@ func TestGatewayFromInsideTheSandbox(t *testing.T) {
 // deletes them through the API, and reinstalls the skill (the tool runner
 // gives back what the tools' uid owns, agent/runner repair).
 func TestAttackToolsCannotHideFilesFromTheOwner(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-hide")
 	keepAwake(t, user, tok)
 	if r := post(t, user, tok, "/skills/install", `{"name":"csv-summary"}`); r.Code != 201 {
@@ -431,6 +443,7 @@ func TestAttackToolsCannotHideFilesFromTheOwner(t *testing.T) {
 // anything on the control network without the key gets one; the manager's
 // are on its admin socket alone. The manager's key and the admin socket do.
 func TestAttackProfilesAreNotServedToSandboxesOrClients(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "atk-prof")
 	mustGet(t, user, tok, "/health")
 	userNet := stack + "-" + user + "-net"

@@ -27,6 +27,10 @@ import (
 // chromedp) against the real stack. Screenshots of each page at a phone and
 // a desktop width go to .build/screenshots/.
 
+// browser starts a headless Chromium. A test that uses one stays serial
+// (no t.Parallel): Chromium aborts its requests (net::ERR_NETWORK_CHANGED)
+// whenever a parallel test's new sandbox adds a network interface on the
+// host.
 func browser(t *testing.T) (context.Context, func()) {
 	t.Helper()
 	path, err := exec.LookPath("chromium")

@@ -43,6 +43,7 @@ func ingestPets(t *testing.T, user, tok string) {
 }
 
 func TestCitationsVerifiedAcrossRestartAndBrokenByTampering(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "cite")
 	ingestPets(t, user, tok)
 	run := prompt(t, user, tok, map[string]any{"text": "cite dogs dream", "citations": "required"})
@@ -77,6 +78,7 @@ func TestCitationsVerifiedAcrossRestartAndBrokenByTampering(t *testing.T) {
 }
 
 func TestBadCitedRepliesAreRejectedAndWriteNothing(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "badcite")
 	ingestPets(t, user, tok)
 	for _, tc := range []struct{ prompt, reason string }{

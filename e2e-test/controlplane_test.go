@@ -15,6 +15,7 @@ import (
 )
 
 func TestColdProvisionThenReuse(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "cold")
 	if c, n, v := objects(t, user); c+n+v != 0 {
 		t.Fatalf("before the first request: %d containers, %d networks, %d volumes", c, n, v)
@@ -70,6 +71,7 @@ func TestColdProvisionThenReuse(t *testing.T) {
 }
 
 func TestCredentials(t *testing.T) {
+	t.Parallel()
 	alice, aliceTok := newUser(t, "alice")
 	bob, bobTok := newUser(t, "bob")
 	mustGet(t, alice, aliceTok, "/health")
@@ -107,6 +109,7 @@ func TestCredentials(t *testing.T) {
 }
 
 func TestSessionCookie(t *testing.T) {
+	t.Parallel()
 	user, _ := newUser(t, "cookie")
 	docker(t, "exec", managerName(), "/bin/affido", "admin", "session", user, "tok-"+user)
 	r := request(t, "GET", "/u/"+user+"/status", map[string]string{"Cookie": "better-auth.session_token=tok-" + user})
@@ -125,6 +128,7 @@ func TestSessionCookie(t *testing.T) {
 }
 
 func TestForgedEndpointHeaderIsIgnored(t *testing.T) {
+	t.Parallel()
 	alice, aliceTok := newUser(t, "fa")
 	bob, bobTok := newUser(t, "fb")
 	mustGet(t, alice, aliceTok, "/health")
@@ -154,6 +158,7 @@ func TestForgedEndpointHeaderIsIgnored(t *testing.T) {
 }
 
 func TestConcurrentFirstRequestsProvisionOnce(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "burst")
 	const n = 50
 	var wg sync.WaitGroup
@@ -178,6 +183,7 @@ func TestConcurrentFirstRequestsProvisionOnce(t *testing.T) {
 
 // The e2e stack runs with idle tiers of seconds (see run.sh).
 func TestIdleTiers(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "tiers")
 	mustGet(t, user, tok, "/status")
 	mustInAgent(t, user, tok, "sh", "-c", "echo kept > /workspace/note.txt")
@@ -220,6 +226,7 @@ func TestIdleTiers(t *testing.T) {
 }
 
 func TestHealthPollingDoesNotKeepSandboxAwake(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "poll")
 	mustGet(t, user, tok, "/status") // activity
 	paused := false
@@ -273,9 +280,11 @@ func killManagerDuringFirstRequest(t *testing.T, user, tok string, delay time.Du
 	}()
 	time.Sleep(delay) // the kill point under test, not a wait for anything
 	killManager(t)
-	<-done
+	// Started again at once: Caddy keeps trying the manager for the request
+	// in flight (30 s), which it would otherwise wait out.
 	docker(t, "start", managerName())
 	waitManagerHealthy(t)
+	<-done
 	var r response
 	// Caddy may still hold a dead connection for a moment.
 	waitUntil(t, 30*time.Second, "a 200 after the restart", func() bool {
@@ -334,6 +343,7 @@ func TestPostgresDown(t *testing.T) {
 // gateway listener answers: not the manager, Postgres, Caddy's admin API or
 // user listener, the host, or another user's sandbox.
 func TestSandboxNetworkIsolation(t *testing.T) {
+	t.Parallel()
 	alice, aliceTok := newUser(t, "iso-a")
 	bob, bobTok := newUser(t, "iso-b")
 	mustGet(t, alice, aliceTok, "/health")
@@ -378,8 +388,9 @@ func TestSandboxNetworkIsolation(t *testing.T) {
 }
 
 func TestGatewayAuthenticatesSandboxByTokenAndAddress(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "gw")
-	mustGet(t, user, tok, "/health")
+	keepAwake(t, user, tok) // the docker exec and the probes below need it running
 	name := stack + "-" + user + "-agent"
 	// The token is in no environment: the manager handed it to the agent
 	// over the control path, and the agent keeps it in /data.
@@ -440,6 +451,7 @@ func TestDockerErrorIs503(t *testing.T) {
 // The manager is not root (issue 28): its process runs under its own uid
 // with the Docker socket's group, and its admin socket still answers.
 func TestManagerIsNotRoot(t *testing.T) {
+	t.Parallel()
 	pid := strings.TrimSpace(docker(t, "inspect", "-f", "{{.State.Pid}}", managerName()))
 	status, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
@@ -465,6 +477,7 @@ func TestManagerIsNotRoot(t *testing.T) {
 // address, and the name oltp resolves nowhere on the control network.
 // The password is the one dev.sh made, not the old default.
 func TestPostgresIsOnNoNetwork(t *testing.T) {
+	t.Parallel()
 	var nets map[string]any
 	if err := json.Unmarshal([]byte(docker(t, "inspect", "-f", "{{json .NetworkSettings.Networks}}", oltpName())), &nets); err != nil {
 		t.Fatal(err)
@@ -490,6 +503,7 @@ func TestPostgresIsOnNoNetwork(t *testing.T) {
 // metrics); on the control network, which the host has an address in,
 // :9090/metrics is not found (issue 28: they answered the host).
 func TestMetricsAreExported(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "metrics")
 	mustGet(t, user, tok, "/health")
 	ip := ipOn(t, managerName(), stack+"_control")

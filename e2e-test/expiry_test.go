@@ -14,7 +14,7 @@ import (
 // approvalTTL is AFFIDO_APPROVAL_TTL as run.sh sets it for the stack.
 func approvalTTL(t *testing.T) time.Duration {
 	t.Helper()
-	d, err := time.ParseDuration(env("AFFIDO_APPROVAL_TTL", "3m"))
+	d, err := time.ParseDuration(env("AFFIDO_APPROVAL_TTL", "2m"))
 	if err != nil {
 		t.Fatal(err)
 	}

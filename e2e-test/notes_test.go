@@ -50,6 +50,7 @@ func told(t *testing.T, path, tok string) string {
 // then its work notes; an agent with owner_notes false and a scheduled
 // job's run get the work notes only.
 func TestNotesReachTheModel(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "notes")
 	clerk := user + "/agents/clerk"
 	patch(t, user, tok, "/agents/main", `{"instructions":"You keep the homelab running."}`)
@@ -92,6 +93,7 @@ func TestNotesReachTheModel(t *testing.T) {
 // the owner. Denied, the notes stay as they were. Without outside text, in
 // a new conversation, the rule allows it.
 func TestWriteNoteAsksAfterAFetchedPage(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, tok := newUser(t, "notesask")
 	sink := "http://" + env("AFFIDO_E2E_SINK_IP", "10.212.1.50") + ":9999"

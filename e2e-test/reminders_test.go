@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,8 +46,14 @@ func signalAgent(t *testing.T, name string, sig syscall.Signal) {
 	}
 }
 
+// sinkMu keeps parallel tests from starting the one sink twice (the second
+// would remove the first's container and its log).
+var sinkMu sync.Mutex
+
 func startSink(t *testing.T) {
 	t.Helper()
+	sinkMu.Lock()
+	defer sinkMu.Unlock()
 	if out, _ := dockerTry("inspect", "-f", "{{.State.Running}}", sinkName()); strings.TrimSpace(out) == "true" {
 		return
 	}
@@ -218,6 +225,7 @@ func TestReminderSurvivesManagerRestart(t *testing.T) {
 }
 
 func TestReminderFailingNotificationEndpoint(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, tok := reminderUser(t, "rem-fail", "/fail")
 	setReminder(t, user, tok, time.Second, "will not arrive")
@@ -239,6 +247,7 @@ func TestReminderFailingNotificationEndpoint(t *testing.T) {
 }
 
 func TestReminderToolBadInput(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "rem-bad")
 	grant(t, user, tok, "set_reminder")
 	r := prompt(t, user, tok, map[string]any{"text": "remind at tomorrow-ish: x"})

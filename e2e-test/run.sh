@@ -26,9 +26,10 @@ export AFFIDO_OUTBOUND_ALLOW=$AFFIDO_E2E_SINK_IP/32
 # serves the test MCP server (:9998), so connectors reach it under the same
 # allow-list entry, and a hanging one is cut off after 5 s.
 export AFFIDO_NOTIFY_QUEUE_MAX=3 AFFIDO_BODY_TIMEOUT=3s AFFIDO_CONNECTOR_TIMEOUT=5s
-# Approvals expire after 3 minutes: long enough for every suite that decides
-# one, short enough for the expiry suite to wait for it.
-export AFFIDO_APPROVAL_TTL=3m
+# Approvals expire after 2 minutes: long enough for every suite that decides
+# one (the slowest, through a manager kill and the sandbox's removal, takes
+# about 20 s), short enough for the expiry suite to wait for it.
+export AFFIDO_APPROVAL_TTL=2m
 # A model without a price, which the gateway must refuse.
 export AFFIDO_FAKE_MODELS=fake/echo,fake/alt,fake/unpriced
 export AFFIDO_E2E_URL=http://127.0.0.1:$AFFIDO_PORT
@@ -85,7 +86,7 @@ main() {
   build_probe
 
   local rc=0
-  CGO_ENABLED=0 go test -trimpath -tags e2e -count=1 -v -timeout "${AFFIDO_E2E_TIMEOUT:-45m}" ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
+  CGO_ENABLED=0 go test -trimpath -tags e2e -count=1 -v -parallel "${AFFIDO_E2E_PARALLEL:-4}" -timeout "${AFFIDO_E2E_TIMEOUT:-45m}" ${run_filter:+-run "$run_filter"} ./e2e-test/ 2>&1 | tee "$LOG/go-test.log" || rc=$?
   # The compose path on a fresh clone rebuilds the affido/*:dev images, so
   # it runs alone, after the others (its own stack beside this one).
   if [[ -z $run_filter || TestComposeUpOnAFreshClone =~ $run_filter ]]; then

@@ -104,6 +104,7 @@ func TestSkillsInstallPersistAndReset(t *testing.T) {
 }
 
 func TestSkillInstallRefusesAMarketplaceFileThatChanged(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "tamper")
 	mustGet(t, user, tok, "/health")
 	// Change one file on the marketplace side, after its manifest was built.
@@ -137,6 +138,7 @@ func TestSkillInstallRefusesAMarketplaceFileThatChanged(t *testing.T) {
 // An installed skill changed from the shell, even replaced whole with a
 // forged manifest beside it, is "not ok": its record is under /data.
 func TestShellTamperedSkillIsNotOK(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "skill-shell")
 	if r := post(t, user, tok, "/skills/install", `{"name":"csv-summary"}`); r.Code != 201 {
 		t.Fatalf("install: %d %s", r.Code, r.Body)

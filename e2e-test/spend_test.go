@@ -102,6 +102,7 @@ func TestSpendLimits(t *testing.T) {
 // web-rate-limit, shared with web_search); every call that went out is
 // charged at AFFIDO_PRICE_FETCH and settled, next to the model calls.
 func TestWebCallsChargedAndLimited(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, tok := newUser(t, "webspend")
 	keepAwake(t, user, tok)

@@ -40,6 +40,7 @@ var walkthroughOutputs = []struct{ line, want string }{
 // Each line must exit 0; curl is made to fail on an HTTP error status, which
 // a newcomer would see as an error body.
 func TestReadmeWalkthrough(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
 		t.Fatal(err)

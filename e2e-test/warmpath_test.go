@@ -38,6 +38,7 @@ func refusedNext(t *testing.T, what, user string, hdr map[string]string) {
 // session and a signed-out session are refused on the very next request
 // through Caddy, with every cache warm for them.
 func TestWarmPathRevocation(t *testing.T) {
+	t.Parallel()
 	user, first := signUpInvited(t, "warm")
 	resp, _ := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"a long password"}`, user), nil)
 	second := map[string]string{"Cookie": "better-auth.session_token=" + sessionCookie(t, resp)}
@@ -88,6 +89,7 @@ func TestWarmPathRevocation(t *testing.T) {
 // decision first, so the request brings it back instead of dialing a
 // frozen container); and cached requests still count as activity.
 func TestWarmPathPausedByTiers(t *testing.T) {
+	t.Parallel()
 	user, tok := newUser(t, "warmtier")
 	warm(t, user, bearer(tok))
 	waitStatus(t, user, "paused", 20*time.Second)

@@ -66,6 +66,7 @@ func signUpInvited(t *testing.T, prefix string) (string, map[string]string) {
 // Sign-in against the real registry through Caddy: the seeded dev user, an
 // invited user, sessions and API tokens, and what is refused.
 func TestWebSignInAccountsAndTokens(t *testing.T) {
+	t.Parallel()
 	resp, m := send(t, "POST", "/auth/sign-in", `{"user":"dev-user","password":"dev-password"}`, nil)
 	if resp.StatusCode != 200 || m["user"] != "dev-user" {
 		t.Fatalf("sign in as the dev user: %d %v", resp.StatusCode, m)
@@ -159,6 +160,7 @@ func TestWebSignInAccountsAndTokens(t *testing.T) {
 // for a new user, its right password is refused, 429 account-locked with
 // Retry-After, while dev-user signs in from the same address.
 func TestWebWrongPasswordsLockOneAccount(t *testing.T) {
+	t.Parallel()
 	user, _ := signUpInvited(t, "lock")
 	for i := range 5 {
 		if resp, _ := send(t, "POST", "/auth/sign-in", fmt.Sprintf(`{"user":%q,"password":"wrong password"}`, user), nil); resp.StatusCode != 401 {

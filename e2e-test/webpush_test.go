@@ -47,6 +47,7 @@ func pushesAt(t *testing.T, path string) []push {
 // VAPID key, and says which agent waits. Sign-out drops the subscription:
 // the next approval pushes nothing.
 func TestWebPushReachesASubscribedBrowser(t *testing.T) {
+	t.Parallel()
 	startSink(t)
 	user, password, tok := webUser(t, "push")
 	mustPost(t, user, tok, "/agents", `{"name":"ops"}`, 201)
