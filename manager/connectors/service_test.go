@@ -183,18 +183,21 @@ func TestHangingAndHugeAnswersEndInAnErrorWithinTheLimits(t *testing.T) {
 	c := e.add(t)
 	e.set(t, c.ID, "hang", connectors.Allow)
 	e.set(t, c.ID, "huge", connectors.Allow)
-	// The server takes its time making 10 MB (seconds under -race): a
-	// longer timeout shows the answer is cut for its size, not its time.
-	e.svc.Timeout = 20 * time.Second
+	// The server takes its time making 10 MB (18 s under -race on a busy
+	// 2-core machine): a timeout far longer than that, so ErrTooLarge (not
+	// ErrTimeout) shows the answer is cut for its size, not its time.
+	e.svc.Timeout = 2 * time.Minute
 	start := time.Now()
 	_, err := e.svc.Call(t.Context(), "alice", "main", "mcp__test__huge", nil, connectors.Allow)
-	if !errors.Is(err, connectors.ErrTooLarge) || time.Since(start) > 15*time.Second {
+	if !errors.Is(err, connectors.ErrTooLarge) {
 		t.Fatalf("huge: %v after %s", err, time.Since(start))
 	}
+	// A call that never answers ends at the timeout: long before the 30 s
+	// bound, however busy the machine (the server hangs for good).
 	e.svc.Timeout = 2 * time.Second
 	start = time.Now()
 	_, err = e.svc.Call(t.Context(), "alice", "main", "mcp__test__hang", nil, connectors.Allow)
-	if !errors.Is(err, connectors.ErrTimeout) || time.Since(start) > 4*time.Second {
+	if !errors.Is(err, connectors.ErrTimeout) || time.Since(start) > 30*time.Second {
 		t.Fatalf("hang: %v after %s", err, time.Since(start))
 	}
 	// Nothing else failed: the next call works.
