@@ -786,7 +786,8 @@ func TestCrashApprovalExpiresOnce(t *testing.T) { onBackends(t, crashApprovalExp
 func crashApprovalExpiresOnce(t *testing.T) {
 	killed := 0
 	for n := 1; n <= 30; n++ {
-		c := child{dir: t.TempDir(), inputs: []string{"ask a"}, pause: 10, env: []string{"CRASH_APPROVAL_TTL=300"}, be: backendOf(t)}
+		c := newChild(t, 10, "ask a")
+		c.env = []string{"CRASH_APPROVAL_TTL=300"}
 		cmd, done, finished := startUntil(t, c, "after-commit", time.Millisecond, fmt.Sprint("CRASH_AFTER_COMMIT=", n))
 		if !finished {
 			kill(cmd, done)
