@@ -43,10 +43,17 @@ func TestEvictOfABusyAgentBringsItBackAtOnce(t *testing.T) {
 	ep := r.mustResolve("alice")
 	r.agents.SetBusy(ep, true)
 	before := r.clock.Now()
+	// The bring-up that follows at once clears the stored wake when it is
+	// done: its create waits until the row is read.
+	gate := make(chan struct{})
+	r.eng.mu.Lock()
+	r.eng.gate = gate
+	r.eng.mu.Unlock()
 	if err := r.m.Evict(context.Background(), "alice"); err != nil {
 		t.Fatal(err)
 	}
 	row, _ := r.reg.Row("alice")
+	close(gate)
 	if row.WakeAt == nil || row.WakeAt.Before(before) {
 		t.Fatalf("a busy agent evicted with wake %v, want now", row.WakeAt)
 	}
