@@ -141,8 +141,11 @@ type box struct {
 	lastActive, lastRequest time.Time
 	// wanted is when the oldest request not yet answered by a bring-up
 	// came (zero: none). It outlives a request that gave up waiting, so
-	// asking again later finds the sandbox up.
-	wanted  time.Time
+	// asking again later finds the sandbox up. wantedActive: one of those
+	// requests was activating, so the bring-up that answers it is activity
+	// (the idle tiers count from the answer, not from the wait's start).
+	wanted       time.Time
+	wantedActive bool
 	waiters []chan upResult // the requests waiting for the next bring-up's outcome
 	wakeAt  *time.Time      // stored: when the scheduler brings the sandbox back
 	// reported is the agent's own last report of its next due time.

@@ -32,6 +32,7 @@ func (m *Manager) Resolve(ctx context.Context, user string, activating bool) (ne
 	if b.wanted.IsZero() {
 		b.wanted = now
 	}
+	b.wantedActive = b.wantedActive || activating
 	w := make(chan upResult, 1)
 	b.waiters = append(b.waiters, w)
 	m.mu.Unlock()
@@ -68,7 +69,12 @@ func (m *Manager) stopWaiting(b *box, w chan upResult) {
 // every request waiting for it, with the endpoint or the error. Either way
 // b is no longer wanted: a request that asks again after a failure starts
 // a new attempt. A request answered by a bring-up holds off a pause for
-// RequestGrace from the answer, not from when it came. Caller holds b.op.
+// RequestGrace from the answer, not from when it came, and an activating
+// one starts the idle period there too: a request that waited longer than
+// the first tier for its sandbox (a busy machine, a slow create) would
+// otherwise see it paused before it reached the agent, whose own count of
+// requests in flight is what keeps a sandbox up under one.
+// Caller holds b.op.
 func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
 	defer cancel()
@@ -77,8 +83,11 @@ func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 	waiters := b.waiters
 	if !b.wanted.IsZero() && err == nil {
 		b.lastRequest = m.now()
+		if b.wantedActive {
+			b.lastActive = b.lastRequest
+		}
 	}
-	b.wanted, b.waiters = time.Time{}, nil
+	b.wanted, b.wantedActive, b.waiters = time.Time{}, false, nil
 	if err != nil && b.state == Provisioning { // it took a slot: look again before counting it
 		b.state = Unknown
 	}

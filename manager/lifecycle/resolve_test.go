@@ -137,3 +137,40 @@ func TestEngineStateIsNotTrustedUnverified(t *testing.T) {
 		t.Fatalf("resolve after a refresh = %v, want ErrClaimedByOther", err)
 	}
 }
+
+// A request that waited longer than the first idle tier for its sandbox
+// (a busy machine, a slow create) gets its answer and the whole tier
+// after it: the idle period starts at the answer. Tried: the create is held
+// while the clock passes the pause tier, then let go; before, the sandbox
+// was due for a pause as soon as RequestGrace had passed after the answer,
+// and a restore streamed to it by the manager (e2e TestBackupRemoveRestore
+// on a loaded machine) met a paused agent.
+func TestLongBringUpStartsTheIdlePeriodAtTheAnswer(t *testing.T) {
+	r := newRig(t, Config{Tiers: Tiers{Pause: 10 * time.Second, Stop: time.Minute}})
+	gate := make(chan struct{})
+	r.eng.mu.Lock()
+	r.eng.gate = gate
+	r.eng.mu.Unlock()
+	r.run()
+	done := make(chan error, 1)
+	go func() { _, err := r.resolve("alice"); done <- err }()
+	r.eventually("the create to wait at the gate", func() bool {
+		r.eng.mu.Lock()
+		defer r.eng.mu.Unlock()
+		return r.eng.heavy > 0
+	})
+	r.clock.Add(15 * time.Second) // the request waits past the pause tier
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Add(time.Second) // past RequestGrace, well inside the tier
+	// Paused already by the loop, or about to be: either is the fault.
+	if st, s := r.state("alice"), r.stepNow("alice"); st != Running || s != stepNone {
+		t.Fatalf("1 s after a slow bring-up answered its request: %s, next step %s; want running, none", st, s)
+	}
+	r.clock.Add(10 * time.Second)
+	r.eventually("the pause a tier after the answer", func() bool { return r.state("alice") == Paused })
+}
+
+func (r *rig) stepNow(user string) step { s, _ := r.decideNow(user); return s }
