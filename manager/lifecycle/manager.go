@@ -146,8 +146,8 @@ type box struct {
 	// (the idle tiers count from the answer, not from the wait's start).
 	wanted       time.Time
 	wantedActive bool
-	waiters []chan upResult // the requests waiting for the next bring-up's outcome
-	wakeAt  *time.Time      // stored: when the scheduler brings the sandbox back
+	waiters      []chan upResult // the requests waiting for the next bring-up's outcome
+	wakeAt       *time.Time      // stored: when the scheduler brings the sandbox back
 	// reported is the agent's own last report of its next due time.
 	reported *time.Time
 	// restartAt is the wake time stored for the last restart after a death

@@ -73,7 +73,11 @@ func (m *Manager) stopWaiting(b *box, w chan upResult) {
 // one starts the idle period there too: a request that waited longer than
 // the first tier for its sandbox (a busy machine, a slow create) would
 // otherwise see it paused before it reached the agent, whose own count of
-// requests in flight is what keeps a sandbox up under one.
+// requests in flight is what keeps a sandbox up under one. A passive one
+// (a health check) does not count as activity, but what it brought up
+// goes down no further than the first tier from there: the time it spent
+// down or being made is not idle time, and a container made 2 s ago is
+// not removed because its owner was last active 13 s ago.
 // Caller holds b.op.
 func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
@@ -85,6 +89,8 @@ func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 		b.lastRequest = m.now()
 		if b.wantedActive {
 			b.lastActive = b.lastRequest
+		} else if first := m.cfg.Tiers.first(); first > 0 {
+			b.lastActive = later(b.lastActive, b.lastRequest.Add(-first))
 		}
 	}
 	b.wanted, b.wantedActive, b.waiters = time.Time{}, false, nil
@@ -99,4 +105,11 @@ func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 		m.log.Warn("sandbox bring-up", "user", b.user, "err", err)
 	}
 	return ep, err
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
