@@ -245,18 +245,32 @@ EOF
 # `docker compose up -d --build` builds every image and starts the stack.
 cmd_prepare() {
   check_prereqs
+  build_lock
   build_binaries
   build_debian_base
   build_contexts
   write_compose_env
+  build_unlock
   say "prepared; now: docker compose up -d --build   (or: docker-compose up -d --build)"
 }
 
+# build_lock and build_unlock bracket a build: two stacks on one machine
+# (the e2e suite runs two) share the binaries, the build contexts and the
+# affido/*:dev tags, so one build at a time.
+build_lock() {
+  mkdir -p "$BUILD"
+  exec {BUILD_LOCK_FD}>"$BUILD/.lock"
+  flock "$BUILD_LOCK_FD"
+}
+build_unlock() { exec {BUILD_LOCK_FD}>&-; }
+
 cmd_build() {
   check_prereqs
+  build_lock
   build_binaries
   build_images
   write_compose_env
+  build_unlock
 }
 
 manager_id() { compose ps -q sandbox-manager; }

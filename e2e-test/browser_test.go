@@ -28,11 +28,12 @@ import (
 // a desktop width go to .build/screenshots/.
 
 // browser starts a headless Chromium. A test that uses one stays serial
-// (no t.Parallel): Chromium aborts its requests (net::ERR_NETWORK_CHANGED)
-// whenever a parallel test's new sandbox adds a network interface on the
-// host.
+// (no t.Parallel) and is named TestWeb…, which run.sh runs alone: Chromium
+// aborts its requests (net::ERR_NETWORK_CHANGED) whenever another test's
+// new sandbox adds a network interface on the host.
 func browser(t *testing.T) (context.Context, func()) {
 	t.Helper()
+	mustRunAlone(t, "Chromium aborts its requests when another test's sandbox network appears")
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("chromium is not installed (scripts/prereqs.sh install adds it): %v", err)

@@ -420,6 +420,7 @@ func TestGatewayAuthenticatesSandboxByTokenAndAddress(t *testing.T) {
 // A Docker error answers 503 with Retry-After, and the registry never claims
 // a container that does not exist.
 func TestDockerErrorIs503(t *testing.T) {
+	mustRunAlone(t, "it untags the agent image every stack on this machine uses")
 	docker(t, "tag", "affido/agent:dev", "affido/agent:e2e-keep")
 	docker(t, "rmi", "affido/agent:dev") // untags only: the image stays under the other name
 	restored := false

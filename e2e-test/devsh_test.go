@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,6 +21,18 @@ func devsh(t *testing.T, args ...string) string {
 		t.Fatalf("./dev.sh %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// stackDown stops the stack (./dev.sh down) and returns what starts it
+// again. A test that fails before calling it has it called by a cleanup:
+// one failure must not leave every later test without a stack.
+func stackDown(t *testing.T) (up func()) {
+	t.Helper()
+	devsh(t, "down")
+	var once sync.Once
+	up = func() { once.Do(func() { devsh(t, "up") }) }
+	t.Cleanup(up)
+	return up
 }
 
 // The newcomer's lifecycle: reload keeps conversations and skills; down then
@@ -45,11 +58,11 @@ func TestDevShLifecycleKeepsData(t *testing.T) {
 		t.Fatalf("skills after reload: %+v", s)
 	}
 
-	devsh(t, "down")
+	up := stackDown(t)
 	if out, _ := dockerTry("inspect", "-f", "{{.State.Running}}", managerName()); strings.TrimSpace(out) != "false" {
 		t.Fatalf("manager still running after down: %s", out)
 	}
-	devsh(t, "up")
+	up()
 	if got := inspectOf(t, user, tok).EntryCount; got != before {
 		t.Fatalf("entries after down/up: %d, want %d", got, before)
 	}
@@ -109,20 +122,26 @@ func TestCapacityFullIs429(t *testing.T) {
 	}
 }
 
-// A reminder that came due while the whole stack was down fires once when it is back.
+// A reminder that came due while the whole stack was down fires once when
+// it is back. It is due 20 s after it is set: the sandbox's pause and
+// `./dev.sh down` must both be done before then, and on a loaded machine
+// (two stacks' suites at once) 6 s were not enough for both.
 func TestReminderDueWhileStackDown(t *testing.T) {
 	startSink(t)
 	user, tok := reminderUser(t, "rem-down", "/down")
-	due := setReminder(t, user, tok, 6*time.Second, "while down")
-	waitStatus(t, user, "paused", 6*time.Second)
-	devsh(t, "down")
+	due := setReminder(t, user, tok, 20*time.Second, "while down")
+	waitStatus(t, user, "paused", 10*time.Second)
+	up := stackDown(t)
+	if time.Now().After(due) {
+		t.Fatalf("the stack took until after the reminder's time (%s) to go down: the test proves nothing", due.Format(time.TimeOnly))
+	}
 	waitUntil(t, time.Until(due)+30*time.Second, "the reminder's time passes while the stack is down", func() bool {
 		return time.Now().After(due.Add(time.Second))
 	})
 	if n := len(deliveries(t, "/down")); n != 0 {
 		t.Fatalf("delivered %d times while the stack was down", n)
 	}
-	devsh(t, "up")
+	up()
 	waitDelivery(t, "/down", 30*time.Second)
 	waitNotificationsSettled(t, user, "delivered 1")
 	if n := len(deliveries(t, "/down")); n != 1 {

@@ -161,6 +161,16 @@ func objectsLabelled(t *testing.T, label string) (containers, networks, volumes 
 	return count("ps", "-aq"), count("network", "ls", "-q"), count("volume", "ls", "-q")
 }
 
+// mustRunAlone fails a test that run.sh started while another stack's tests
+// run beside it (AFFIDO_E2E_SHARED): such a test belongs in run.sh's ALONE
+// list, which runs after the second stack is gone.
+func mustRunAlone(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("AFFIDO_E2E_SHARED") != "" {
+		t.Fatalf("this test must run with no other stack's tests beside it (%s): add it to ALONE in e2e-test/run.sh", why)
+	}
+}
+
 func statusUser(t *testing.T, r response) string {
 	t.Helper()
 	var s struct{ User string }

@@ -68,6 +68,7 @@ func burst(t *testing.T, users, toks []string) []int {
 // A burst of 20 new users, with the pool empty and with it full: every one
 // gets 200 and exactly one sandbox (from the pool, when there is one).
 func TestBurstOfNewUsers(t *testing.T) {
+	mustRunAlone(t, "it times 20 bring-ups at once, which another stack's tests slowed past the provision timeout")
 	for _, full := range []bool{false, true} {
 		t.Run(map[bool]string{false: "empty pool", true: "full pool"}[full], func(t *testing.T) {
 			if full {

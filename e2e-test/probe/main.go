@@ -194,7 +194,9 @@ func main() {
 		for i := 2; i+1 < len(os.Args); i += 2 {
 			req, _ := http.NewRequest("GET", os.Args[i], nil)
 			req.Header.Set("Authorization", "Bearer "+os.Args[i+1])
-			resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+			// 30 s: a request may wait for its sandbox's bring-up, which a
+			// loaded machine can make slow; what is asserted is the codes.
+			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 			if err != nil {
 				fmt.Print("error ")
 				continue
