@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -74,6 +75,22 @@ func restartUnderLoad(t *testing.T, sig string) {
 			t.Logf("manager logs:\n%s", out)
 		}
 	})
+
+	// Bring the five sandboxes up together, just before the prompts: the
+	// test stack's tiers stop a sandbox within seconds, and five prompts
+	// that each first waited for a stopped sandbox's start were not all
+	// inside the manager during one 5 s model call on a loaded machine.
+	var up sync.WaitGroup
+	codes := make([]int, len(users))
+	for i, u := range users {
+		up.Go(func() { codes[i], _, _ = sendAs("GET", u.user, u.tok, "/inspect?limit=1", "") }) // activating
+	}
+	up.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Fatalf("bringing %s's sandbox up: %d", users[i].user, c)
+		}
+	}
 
 	const total = 20
 	results := make(chan outcome, total)
