@@ -50,7 +50,9 @@ Starts the $AFFIDO_STACK stack on port $AFFIDO_PORT, runs the e2e suites, and
 removes the stack (containers, networks, volumes; images are kept).
   --keep   leave the stack running afterwards, for debugging
 AFFIDO_E2E_TIMEOUT (45m) bounds the go test run; the soak (./verify.sh --soak)
-sets it from its length.
+sets it from its length. Without a regexp the suite runs on two stacks, the
+second beside the first ($AFFIDO_STACK and ${AFFIDO_STACK}2);
+AFFIDO_E2E_STACKS=1 runs it all on one (slower, lighter on the machine).
 USAGE
 }
 
@@ -144,8 +146,8 @@ main() {
   CGO_ENABLED=0 go test -c -trimpath -tags e2e -o "$LOG/e2e.test" ./e2e-test/
 
   local rc=0
-  if [[ -n $run_filter ]]; then
-    e2e -test.run "$run_filter" 2>&1 | tee "$LOG/go-test.log" || rc=$?
+  if [[ -n $run_filter || ${AFFIDO_E2E_STACKS:-2} == 1 ]]; then
+    e2e ${run_filter:+-test.run "$run_filter"} 2>&1 | tee "$LOG/go-test.log" || rc=$?
   else
     all_suites || rc=$?
   fi
