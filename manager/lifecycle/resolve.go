@@ -74,23 +74,28 @@ func (m *Manager) stopWaiting(b *box, w chan upResult) {
 // the first tier for its sandbox (a busy machine, a slow create) would
 // otherwise see it paused before it reached the agent, whose own count of
 // requests in flight is what keeps a sandbox up under one. A passive one
-// (a health check) does not count as activity, but what it brought up
-// goes down no further than the first tier from there: the time it spent
-// down or being made is not idle time, and a container made 2 s ago is
-// not removed because its owner was last active 13 s ago.
-// Caller holds b.op.
+// (a health check) does not count as activity, but the bring-up's own
+// time is not idle time either: the idle period is moved on by as long as
+// the bring-up took (a container made in 11 s is not stopped and removed
+// 2 s after it started because its owner asked 13 s ago), so polling a
+// paused sandbox moves its stop and remove only by its resumes' few
+// milliseconds. Caller holds b.op.
 func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
 	defer cancel()
+	began := m.now()
 	ep, err := m.bringUp(ctx, b)
 	m.mu.Lock()
 	waiters := b.waiters
 	if !b.wanted.IsZero() && err == nil {
-		b.lastRequest = m.now()
+		now := m.now()
+		b.lastRequest = now
 		if b.wantedActive {
-			b.lastActive = b.lastRequest
-		} else if first := m.cfg.Tiers.first(); first > 0 {
-			b.lastActive = later(b.lastActive, b.lastRequest.Add(-first))
+			b.lastActive = now
+		} else if moved := b.lastActive.Add(now.Sub(began)); moved.Before(now) {
+			b.lastActive = moved
+		} else {
+			b.lastActive = now
 		}
 	}
 	b.wanted, b.wantedActive, b.waiters = time.Time{}, false, nil
@@ -105,11 +110,4 @@ func (m *Manager) up(ctx context.Context, b *box) (netip.AddrPort, error) {
 		m.log.Warn("sandbox bring-up", "user", b.user, "err", err)
 	}
 	return ep, err
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

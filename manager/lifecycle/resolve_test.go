@@ -162,24 +162,45 @@ func TestLongBringUpStartsTheIdlePeriodAtTheAnswer(t *testing.T) {
 
 // A passive request (a health check) whose sandbox took longer than the
 // stop and remove tiers to come up does not see it stopped and removed the
-// moment it is answered: it goes down no further than the first tier.
-// Tried: the create is held past the remove tier; before, the next step
-// after the answer was remove (e2e TestColdProvisionThenReuse on a loaded
-// machine: its second request met a new container).
-func TestSlowBringUpForAPassiveRequestIsOnlyPaused(t *testing.T) {
+// moment it is answered: the bring-up's time is not idle time. Tried: the
+// create is held past the remove tier; before, the next step after the
+// answer was remove (e2e TestColdProvisionThenReuse on a loaded machine:
+// its second request met a new container).
+func TestSlowBringUpForAPassiveRequestIsNotIdleTime(t *testing.T) {
 	r := newRig(t, Config{Tiers: Tiers{Pause: 3 * time.Second, Stop: 8 * time.Second, Remove: 13 * time.Second}})
 	r.run()
 	if err := r.slowBringUp("alice", false, 20*time.Second); err != nil { // past every tier
 		t.Fatal(err)
 	}
 	r.clock.Add(time.Second) // past RequestGrace
-	r.eventually("the pause the first tier asks for", func() bool { return r.state("alice") == Paused })
-	if st, s := r.state("alice"), r.stepNow("alice"); st != Paused || s != stepNone {
-		t.Fatalf("1 s after the answer: %s, next step %s; want paused, none", st, s)
+	if st, s := r.state("alice"), r.stepNow("alice"); st != Running || s != stepNone {
+		t.Fatalf("1 s after the answer: %s, next step %s; want running, none", st, s)
 	}
+	r.clock.Add(3 * time.Second)
+	r.eventually("the pause the first tier asks for", func() bool { return r.state("alice") == Paused })
 	if n := r.eng.count(); n != 1 {
 		t.Fatalf("%d containers, want the one just made", n)
 	}
+}
+
+// Polling a paused sandbox (passive requests, each resuming it) does not
+// keep it from its stop: a resume moves the idle period on only by the
+// resume's own time. Tried: a poll between the pause and the stop tier;
+// a version that restarted the idle period at each passive bring-up kept
+// a polled sandbox up for ever.
+func TestPollingAPausedSandboxDoesNotPutOffItsStop(t *testing.T) {
+	r := newRig(t, Config{Tiers: Tiers{Pause: 3 * time.Second, Stop: 8 * time.Second}})
+	r.run()
+	r.mustResolve("alice") // activating
+	r.clock.Add(4 * time.Second)
+	r.eventually("the pause", func() bool { return r.state("alice") == Paused })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.m.Resolve(ctx, "alice", false); err != nil { // a health check resumes it
+		t.Fatal(err)
+	}
+	r.clock.Add(4500 * time.Millisecond) // 8.5 s after the last activity
+	r.eventually("the stop 8 s after the last activity, poll or not", func() bool { return r.state("alice") == Stopped })
 }
 
 // slowBringUp resolves user (activating or not) with its create held at

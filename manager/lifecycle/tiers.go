@@ -72,13 +72,3 @@ func (t Tiers) until(state State, idle time.Duration) time.Duration {
 	}
 	return out
 }
-
-// first is the first tier a running sandbox reaches (0: none).
-func (t Tiers) first() time.Duration {
-	for _, d := range []time.Duration{t.Pause, t.Stop, t.Remove} {
-		if d > 0 {
-			return d
-		}
-	}
-	return 0
-}
