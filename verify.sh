@@ -123,13 +123,14 @@ step_unit() {
   echo "==> go test -race ./... (the crash suite without -race, beside it)"
   local rc=0 crc=0
   CGO_ENABLED=0 go test -trimpath -count=1 -timeout 30m -v -run "$CRASH_SUITE" ./agent/durable/ >"$LOG/crash.log" 2>&1 &
-  local crash=$!
+  CRASH_PID=$!
   # The tests that need the API server run in step_k8s, once it is built.
   # -p 4: go test's default (one per core) counts a running test binary as
   # one of its two; while one package's tests ran for minutes, a fresh
   # machine compiled every other package one at a time.
   AFFIDO_SKIP_K8S=1 go test -race -p 4 -count=1 -timeout 30m -v -skip "$CRASH_SUITE" ./... >"$LOG/unit.log" 2>&1 || rc=$?
-  wait "$crash" || crc=$?
+  wait "$CRASH_PID" || crc=$?
+  CRASH_PID=
   report_go "$LOG/unit.log" "$rc" "unit tests"
   report_go "$LOG/crash.log" "$crc" "crash suite"
 }
@@ -288,6 +289,7 @@ cleanup() {
   [[ ${#PG_STOP[@]} -eq 0 ]] || "${PG_STOP[@]}" >/dev/null 2>&1 || true
   [[ -z ${PG_DIR:-} ]] || rm -rf "$PG_DIR"
   [[ -z ${K8S_PID:-} ]] || kill "$K8S_PID" 2>/dev/null || true
+  [[ -z ${CRASH_PID:-} ]] || kill "$CRASH_PID" 2>/dev/null || true
   [[ -z ${VET_PID:-} ]] || kill "$VET_PID" 2>/dev/null || true
   [[ -z ${IMAGES_PID:-} ]] || kill "$IMAGES_PID" 2>/dev/null || true
   [[ ${#STRESS_PIDS[@]} -eq 0 ]] || kill "${STRESS_PIDS[@]}" 2>/dev/null || true
@@ -317,6 +319,7 @@ timed() {
 
 STRESS_PIDS=()
 K8S_PID=
+CRASH_PID=
 VET_PID=
 IMAGES_PID=
 PG_DIR=

@@ -81,7 +81,11 @@ ALONE='^(TestWeb.*|TestDockerErrorIs503|TestBurstOfNewUsers)$'
 # stack by themselves.
 MAIN='^(TestRemindersAndJobsSurviveEvictAndReload|TestApprovalExpiresAcrossManagerRestart|TestBackupRemoveRestore|TestDevShLifecycleKeepsData|TestMissedJobRunsOnce|TestCapacityFullIs429)$'
 
+SECOND_PID=
 cleanup() {
+  # The second stack's suite, if this run is cut short while it runs (a
+  # background job ignores SIGINT, and so would the suite).
+  [[ -z $SECOND_PID ]] || kill "$SECOND_PID" 2>/dev/null || true
   if [[ $keep == yes ]]; then
     echo "e2e: stacks left running (./dev.sh reset -y --keep-images with AFFIDO_STACK=$AFFIDO_STACK, and ${AFFIDO_STACK}2, to remove)" >&2
     return
@@ -122,10 +126,14 @@ all_suites() {
     return 1
   fi
   echo "e2e: $(date +%T) two stacks: $MAIN on $AFFIDO_STACK; the others but $ALONE on ${AFFIDO_STACK}2"
-  (stack_env 2; AFFIDO_E2E_SHARED=1 e2e -test.skip "$MAIN|$ALONE" >"$LOG/go-test2.log" 2>&1) &
-  local second=$!
-  AFFIDO_E2E_SHARED=1 e2e -test.run "$MAIN" 2>&1 | tee "$LOG/go-test.log" || rc=$?
-  wait "$second" || rc2=$?
+  # exec: the job's pid is the suite's own, for cleanup to stop.
+  (stack_env 2; cd e2e-test && AFFIDO_E2E_SHARED=1 exec ../"$LOG/e2e.test" -test.v -test.count=1 \
+    -test.parallel "${AFFIDO_E2E_PARALLEL:-4}" -test.timeout "${AFFIDO_E2E_TIMEOUT:-45m}" -test.skip "$MAIN|$ALONE") \
+    >"$LOG/go-test2.log" 2>&1 &
+  SECOND_PID=$!
+  AFFIDO_E2E_SHARED=1 e2e -test.run "$MAIN" 2>&1 | tee -a "$LOG/go-test.log" || rc=$?
+  wait "$SECOND_PID" || rc2=$?
+  SECOND_PID=
   echo "e2e: $(date +%T) both done; on ${AFFIDO_STACK}2:"
   cat "$LOG/go-test2.log"
   cat "$LOG/go-test2.log" >>"$LOG/go-test.log"
@@ -143,11 +151,15 @@ main() {
   trap cleanup EXIT
   ./dev.sh up >"$LOG/up.log" 2>&1 || { cat "$LOG/up.log" >&2; echo "0 passed, 1 failed"; exit 1; }
   build_probe
-  CGO_ENABLED=0 go test -c -trimpath -tags e2e -o "$LOG/e2e.test" ./e2e-test/
+  : >"$LOG/go-test.log"
+  if ! CGO_ENABLED=0 go test -c -trimpath -tags e2e -o "$LOG/e2e.test" ./e2e-test/; then
+    echo "e2e: 0 passed, 1 failed"
+    exit 1
+  fi
 
   local rc=0
   if [[ -n $run_filter || ${AFFIDO_E2E_STACKS:-2} == 1 ]]; then
-    e2e ${run_filter:+-test.run "$run_filter"} 2>&1 | tee "$LOG/go-test.log" || rc=$?
+    e2e ${run_filter:+-test.run "$run_filter"} 2>&1 | tee -a "$LOG/go-test.log" || rc=$?
   else
     all_suites || rc=$?
   fi
