@@ -245,7 +245,10 @@ func inAgentAs(t *testing.T, user, tok, as string, args ...string) (string, erro
 		cancel()
 		<-awake
 		out := string(b)
-		if !frozen && (err == nil || containerStatus(user) == "running") || time.Now().After(deadline) {
+		// Paused between the status check and the exec (Docker refuses an
+		// exec into a paused container; the requests above resume it): again.
+		paused := err != nil && strings.Contains(out, "is paused")
+		if !frozen && !paused && (err == nil || containerStatus(user) == "running") || time.Now().After(deadline) {
 			return out, err
 		}
 	}
