@@ -89,6 +89,25 @@ func (s *Store) Token() string {
 	return token
 }
 
+// ErrClaimedAlready is returned by ClaimIfUnclaimed when the sandbox
+// belongs to the user already, under another token.
+var ErrClaimedAlready = sandboxapi.ErrClaimedAlready
+
+// ClaimIfUnclaimed is Claim that never replaces a token: a sandbox that
+// belongs to user under another token is refused with ErrClaimedAlready
+// (the same token again is accepted, so a retried call succeeds).
+func (s *Store) ClaimIfUnclaimed(user, token string) error {
+	if err := check(user, token); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.user == user && s.token != token {
+		return ErrClaimedAlready
+	}
+	return s.claimLocked(user, token)
+}
+
 // Claim binds the sandbox to user with token. The first claim stores both;
 // a claim by the same user replaces the token (the manager rotates it); a
 // claim by another user is refused with ErrClaimedByOther. Nothing is
@@ -100,6 +119,11 @@ func (s *Store) Claim(user, token string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.claimLocked(user, token)
+}
+
+// claimLocked is Claim's work. Caller holds s.mu and checked the claim.
+func (s *Store) claimLocked(user, token string) error {
 	switch {
 	case s.user != "" && s.user != user:
 		return ErrClaimedByOther

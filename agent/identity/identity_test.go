@@ -55,6 +55,36 @@ func TestClaimAndReload(t *testing.T) {
 	}
 }
 
+// A claim IfUnclaimed (the manager's claim from the warm pool) binds a
+// fresh sandbox and may be sent again, but never replaces the token of a
+// sandbox that is the user's already: another manager's bind set it, and
+// the registry holds that one.
+func TestClaimIfUnclaimedNeverReplacesAToken(t *testing.T) {
+	dir := t.TempDir()
+	s := load(t, dir)
+	if err := s.ClaimIfUnclaimed("alice", "tok-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClaimIfUnclaimed("alice", "tok-1"); err != nil { // the same call again
+		t.Fatalf("the same claim again: %v", err)
+	}
+	if err := s.ClaimIfUnclaimed("alice", "tok-2"); !errors.Is(err, identity.ErrClaimedAlready) {
+		t.Fatalf("another token IfUnclaimed: %v, want ErrClaimedAlready", err)
+	}
+	if err := s.ClaimIfUnclaimed("bob", "tok-3"); !errors.Is(err, identity.ErrClaimedByOther) {
+		t.Fatalf("another user: %v, want ErrClaimedByOther", err)
+	}
+	if user, token, _ := load(t, dir).Current(); user != "alice" || token != "tok-1" {
+		t.Fatalf("on disk after the refused claims: %q %q, want alice tok-1", user, token)
+	}
+	if err := s.Claim("alice", "tok-2"); err != nil { // a plain claim still rotates
+		t.Fatal(err)
+	}
+	if _, token, _ := s.Current(); token != "tok-2" {
+		t.Fatalf("token after a plain claim: %q", token)
+	}
+}
+
 func TestAnotherUserIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	s := load(t, dir)

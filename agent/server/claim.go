@@ -21,10 +21,16 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(w, r, &c); err != nil {
 		return err
 	}
-	err := s.cfg.Identity.Claim(c.User, c.Token)
+	claim := s.cfg.Identity.Claim
+	if c.IfUnclaimed {
+		claim = s.cfg.Identity.ClaimIfUnclaimed
+	}
+	err := claim(c.User, c.Token)
 	switch {
 	case errors.Is(err, identity.ErrClaimedByOther):
 		return problem.New(http.StatusConflict, sandboxapi.ProblemClaimedByOther, "the sandbox belongs to another user")
+	case errors.Is(err, identity.ErrClaimedAlready):
+		return problem.New(http.StatusConflict, sandboxapi.ProblemClaimedAlready, "the sandbox belongs to this user already, under another token")
 	case errors.Is(err, identity.ErrInvalid):
 		return problem.New(http.StatusBadRequest, sandboxapi.ProblemBadClaim, err.Error())
 	case err != nil:

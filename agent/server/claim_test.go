@@ -93,6 +93,28 @@ func TestClaimByAnotherUserIsRefused(t *testing.T) {
 	}
 }
 
+// A claim if_unclaimed (the manager's claim from the warm pool) does not
+// rotate: the agent answers claimed-already and keeps its token.
+func TestClaimIfUnclaimedDoesNotRotate(t *testing.T) {
+	a := newAgent(t) // claimed by u
+	token := a.id.Token()
+	code, _, m := a.doWith("POST", "/claim", `{"user":"u","token":"tok-other","if_unclaimed":true}`, control)
+	if code != 409 || !strings.HasSuffix(fmt.Sprint(m["type"]), "/"+sandboxapi.ProblemClaimedAlready) {
+		t.Fatalf("claim if_unclaimed of a claimed sandbox: %d %v", code, m)
+	}
+	if a.id.Token() != token {
+		t.Fatalf("token %q, want %q kept", a.id.Token(), token)
+	}
+	code, _, m = a.doWith("POST", "/claim", `{"user":"mallory","token":"tok-mallory","if_unclaimed":true}`, control)
+	if code != 409 || !strings.HasSuffix(fmt.Sprint(m["type"]), "/"+sandboxapi.ProblemClaimedByOther) {
+		t.Fatalf("claim if_unclaimed by another user: %d %v", code, m)
+	}
+	fresh := startAgent(t, t.TempDir(), "")
+	if code, _, m := fresh.doWith("POST", "/claim", `{"user":"alice","token":"tok-alice","if_unclaimed":true}`, control); code != 200 || m["user"] != "alice" {
+		t.Fatalf("claim if_unclaimed of a fresh sandbox: %d %v", code, m)
+	}
+}
+
 func TestBadClaimsWriteNothing(t *testing.T) {
 	a := startAgent(t, t.TempDir(), "")
 	for _, body := range []string{

@@ -125,6 +125,7 @@ func CallerKeyHash(key string) string {
 const (
 	ProblemUnclaimed      = "unclaimed"        // 503 with Retry-After: the sandbox has no user yet
 	ProblemClaimedByOther = "claimed-by-other" // 409: the sandbox already belongs to another user
+	ProblemClaimedAlready = "claimed-already"  // 409: IfUnclaimed, and the sandbox belongs to this user under another token
 	ProblemBadClaim       = "bad-claim"        // 400: the user id or the token is malformed
 	ProblemNotControl     = "not-control"      // 403: a claim without HeaderControl
 )
@@ -133,6 +134,11 @@ const (
 // answers a claim with ProblemClaimedByOther: the sandbox holds another
 // user's data and is never rebound.
 var ErrClaimedByOther = errors.New("the sandbox belongs to another user")
+
+// ErrClaimedAlready is what a manager's client returns when the agent
+// answers a claim IfUnclaimed with ProblemClaimedAlready: the sandbox is
+// the user's already, under a token someone else set.
+var ErrClaimedAlready = errors.New("the sandbox belongs to this user already, under another token")
 
 // Health is the answer of GET /health.
 type Health struct {
@@ -162,8 +168,12 @@ type WakeAnswer struct {
 
 // Claim is the body of POST /claim: the user the sandbox belongs to from
 // now on and the gateway token it calls the gateway with. A claim for the
-// user it already belongs to replaces the token.
+// user it already belongs to replaces the token, unless IfUnclaimed: then
+// it is refused with ProblemClaimedAlready (the same token again is
+// accepted). The manager's claim from the warm pool sends IfUnclaimed, so
+// it never replaces a token another manager's bind has set meanwhile.
 type Claim struct {
-	User  string `json:"user"`
-	Token string `json:"token"`
+	User        string `json:"user"`
+	Token       string `json:"token"`
+	IfUnclaimed bool   `json:"if_unclaimed,omitempty"`
 }

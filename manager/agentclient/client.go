@@ -103,20 +103,33 @@ func (c *Client) Health(ctx context.Context, ep netip.AddrPort) (sandboxapi.Heal
 // claim for the user it already belongs to replaces the token; one for
 // another user is sandboxapi.ErrClaimedByOther.
 func (c *Client) Claim(ctx context.Context, ep netip.AddrPort, user, token string) error {
-	resp, err := c.do(ctx, http.MethodPost, ep, sandboxapi.ClaimPath, sandboxapi.Claim{User: user, Token: token})
+	return c.claim(ctx, ep, sandboxapi.Claim{User: user, Token: token})
+}
+
+// ClaimIfUnclaimed is Claim that never replaces a token: a sandbox that is
+// user's already under another token is sandboxapi.ErrClaimedAlready.
+func (c *Client) ClaimIfUnclaimed(ctx context.Context, ep netip.AddrPort, user, token string) error {
+	return c.claim(ctx, ep, sandboxapi.Claim{User: user, Token: token, IfUnclaimed: true})
+}
+
+func (c *Client) claim(ctx context.Context, ep netip.AddrPort, claim sandboxapi.Claim) error {
+	resp, err := c.do(ctx, http.MethodPost, ep, sandboxapi.ClaimPath, claim)
 	if err != nil {
 		return err
 	}
 	defer drain(resp)
-	switch resp.StatusCode {
-	case http.StatusOK:
+	if resp.StatusCode == http.StatusOK {
 		return nil
-	case http.StatusConflict:
-		return fmt.Errorf("POST %s at %s for %s: %w", sandboxapi.ClaimPath, ep, user, sandboxapi.ErrClaimedByOther)
+	}
+	var p problem.Problem
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&p)
+	switch {
+	case resp.StatusCode == http.StatusConflict && strings.HasSuffix(p.Type, "/"+sandboxapi.ProblemClaimedAlready):
+		return fmt.Errorf("POST %s at %s for %s: %w", sandboxapi.ClaimPath, ep, claim.User, sandboxapi.ErrClaimedAlready)
+	case resp.StatusCode == http.StatusConflict:
+		return fmt.Errorf("POST %s at %s for %s: %w", sandboxapi.ClaimPath, ep, claim.User, sandboxapi.ErrClaimedByOther)
 	default:
-		var p problem.Problem
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&p)
-		return fmt.Errorf("POST %s at %s for %s: %s: %s", sandboxapi.ClaimPath, ep, user, resp.Status, p.Detail)
+		return fmt.Errorf("POST %s at %s for %s: %s: %s", sandboxapi.ClaimPath, ep, claim.User, resp.Status, p.Detail)
 	}
 }
 

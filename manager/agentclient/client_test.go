@@ -61,6 +61,26 @@ func TestClaim(t *testing.T) {
 	}
 }
 
+func TestClaimIfUnclaimed(t *testing.T) {
+	var got http.Request
+	var claim sandboxapi.Claim
+	c := proxy(t, 200, `{"status":"ok","claimed":true,"user":"alice"}`, &got, &claim)
+	if err := c.ClaimIfUnclaimed(context.Background(), ep, "alice", "tok-a"); err != nil {
+		t.Fatal(err)
+	}
+	if claim != (sandboxapi.Claim{User: "alice", Token: "tok-a", IfUnclaimed: true}) {
+		t.Fatalf("sent %+v", claim)
+	}
+	c = proxy(t, 409, `{"type":"https://affido.dev/problems/claimed-already"}`, &got, nil)
+	if err := c.ClaimIfUnclaimed(context.Background(), ep, "alice", "tok-b"); !errors.Is(err, sandboxapi.ErrClaimedAlready) || errors.Is(err, sandboxapi.ErrClaimedByOther) {
+		t.Fatalf("409 claimed-already: %v, want ErrClaimedAlready alone", err)
+	}
+	c = proxy(t, 409, `{"type":"https://affido.dev/problems/claimed-by-other"}`, &got, nil)
+	if err := c.ClaimIfUnclaimed(context.Background(), ep, "bob", "tok-b"); !errors.Is(err, sandboxapi.ErrClaimedByOther) {
+		t.Fatalf("409 claimed-by-other: %v, want ErrClaimedByOther", err)
+	}
+}
+
 func TestHealth(t *testing.T) {
 	var got http.Request
 	c := proxy(t, 200, `{"status":"ok","claimed":true,"user":"alice"}`, &got, nil)

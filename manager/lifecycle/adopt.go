@@ -8,19 +8,10 @@ import (
 	"github.com/affido/affido/manager/subnet"
 )
 
-// poolStatus is the engine status of a ready pool sandbox: paused, or
-// running on an engine that cannot pause.
-func (m *Manager) poolStatus() Status {
-	if m.pauser == nil {
-		return StatusRunning
-	}
-	return StatusPaused
-}
-
 // Adopt compares the registry with the labelled engine objects. Users'
 // sandboxes are adopted as they are and the gateway joined to their
-// networks again. Pool sandboxes that are ready (paused, from this image)
-// are adopted; the rest — half built when a manager died, or from an older
+// networks again. Pool sandboxes that are ready (running, or paused as an
+// older manager left them, from this image) are adopted; the rest — half built when a manager died, or from an older
 // image — are retired, and pool objects no row names are removed (they
 // never held anyone's data). Other unknown objects are reported, never
 // removed. A sandbox claimed just before a crash is a user's row already:
@@ -78,7 +69,7 @@ func (m *Manager) Adopt(ctx context.Context) error {
 		}
 		known[p.Name] = true
 		cs := inv.Containers[p.Name]
-		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && cs[0].Status == m.poolStatus() {
+		if p.State == registry.PoolReady && p.Image == m.cfg.ImageID && len(cs) == 1 && (cs[0].Status == StatusRunning || cs[0].Status == StatusPaused) {
 			ready[p.Name] = &poolBox{name: p.Name}
 			continue
 		}

@@ -81,7 +81,7 @@ func (m *Manager) heavyLocked(b *box) bool {
 // bringUpWith does the work; without a slot it stops with errNeedSlot
 // where heavy work begins.
 func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.AddrPort, error) {
-	row, err := m.sandboxRow(ctx, b, slot)
+	row, claimToken, err := m.sandboxRow(ctx, b, slot)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -150,12 +150,27 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	h, err := m.waitHealthy(ctx, n, ep)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
+	bound := false
+	if claimToken != "" { // just claimed from the pool: bind in one call
+		if bound, err = m.bindClaimed(ctx, b, row, ep, claimToken); err != nil {
+			return netip.AddrPort{}, err
+		}
 	}
-	if err := m.bind(ctx, b, &row, ep, h.Claimed, h.User, slot); err != nil {
-		return netip.AddrPort{}, err
+	if !bound {
+		h, err := m.waitHealthy(ctx, n, ep)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
+		}
+		claimed := h.Claimed
+		if claimToken != "" && h.User == b.user {
+			// Bound to this user, but with which token? Another manager's
+			// bind may have replaced the one row holds: bind again under
+			// the user's lock, which reads the token that holds.
+			claimed = false
+		}
+		if err := m.bind(ctx, b, &row, ep, claimed, h.User, slot); err != nil {
+			return netip.AddrPort{}, err
+		}
 	}
 	row.State, row.ContainerID, row.Endpoint = registry.StateRunning, c.ID, ep.String()
 	m.mu.Lock()
@@ -173,27 +188,28 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 }
 
 // sandboxRow returns b's registry row. A user without one takes a ready
-// sandbox from the warm pool or, failing that (and holding a slot), gets
-// a new row named after them.
-func (m *Manager) sandboxRow(ctx context.Context, b *box, slot bool) (registry.Sandbox, error) {
-	row, err := m.reg.Sandbox(ctx, b.user)
+// sandbox from the warm pool (and the gateway token the claim stored the
+// hash of, for bindClaimed) or, failing that (and holding a slot), gets a
+// new row named after them.
+func (m *Manager) sandboxRow(ctx context.Context, b *box, slot bool) (row registry.Sandbox, claimToken string, err error) {
+	row, err = m.reg.Sandbox(ctx, b.user)
 	if !errors.Is(err, registry.ErrNotFound) {
-		return row, err
+		return row, "", err
 	}
-	if row, err := m.claim(ctx, b); err == nil {
-		return row, nil
+	if row, token, err := m.claim(ctx, b); err == nil {
+		return row, token, nil
 	} else if !errors.Is(err, registry.ErrNotFound) {
-		return registry.Sandbox{}, err
+		return registry.Sandbox{}, "", err
 	}
 	if !slot {
-		return registry.Sandbox{}, errNeedSlot
+		return registry.Sandbox{}, "", errNeedSlot
 	}
 	row, err = m.reg.CreateSandbox(ctx, b.user, m.pickSubnet)
 	if err != nil {
-		return registry.Sandbox{}, err
+		return registry.Sandbox{}, "", err
 	}
 	m.audit(b.user, "sandbox.allocated", map[string]any{"subnet": row.Subnet.String()})
-	return row, nil
+	return row, "", nil
 }
 
 // provision creates network, volumes and container for a sandbox whose

@@ -10,31 +10,57 @@ import (
 )
 
 // claim gives a user without a sandbox the oldest ready one of the warm
-// pool. The registry moves its row in one transaction, so a manager killed
-// at any point leaves the sandbox either in the pool or the user's, never
-// both and never lost; the agent learns whose it is when bind runs on the
-// way up. registry.ErrNotFound: the pool has none ready.
-func (m *Manager) claim(ctx context.Context, b *box) (registry.Sandbox, error) {
+// pool, with a fresh gateway token. The registry moves its row, the token's
+// hash with it, in one transaction, so a manager killed at any point leaves
+// the sandbox either in the pool or the user's, never both and never lost;
+// the agent learns whose it is, and the token, from bindClaimed on the way
+// up. registry.ErrNotFound: the pool has none ready.
+func (m *Manager) claim(ctx context.Context, b *box) (row registry.Sandbox, token string, err error) {
 	m.mu.Lock()
 	ready := m.readyPoolLocked()
 	m.mu.Unlock()
 	if ready == 0 {
-		return registry.Sandbox{}, registry.ErrNotFound
+		return registry.Sandbox{}, "", registry.ErrNotFound
 	}
-	row, err := m.reg.ClaimPoolSandbox(ctx, b.user, m.cfg.ImageID, nil)
+	token = registry.NewToken()
+	row, err = m.reg.ClaimPoolSandbox(ctx, b.user, m.cfg.ImageID, registry.HashToken(token))
 	if err != nil {
-		return registry.Sandbox{}, err
+		return registry.Sandbox{}, "", err
 	}
 	m.mu.Lock()
 	delete(m.pool, row.Name)
 	m.mu.Unlock()
 	m.kickPool()
 	m.audit(b.user, "sandbox.claimed", map[string]any{"sandbox": row.Name})
-	return row, nil
+	return row, token, nil
+}
+
+// bindClaimed hands a sandbox just claimed from the pool to its agent: one
+// call, POST /claim with the token whose hash the claim stored, sent
+// if_unclaimed, so it can only bind an agent that is nobody's (a pool
+// agent answered /health unclaimed when it was made ready; no /health
+// again). It needs no lock: the registry holds that token
+// already, and a bind by another manager meanwhile (which stores its own
+// token first, under the user's lock, and then replaces the agent's) is
+// never undone by this call. Anything but success returns false and the
+// caller takes the general path (waitHealthy, then bind), which finds out
+// what the agent holds; an agent bound to another user is never rebound.
+func (m *Manager) bindClaimed(ctx context.Context, b *box, row registry.Sandbox, ep netip.AddrPort, token string) (bound bool, err error) {
+	err = m.agent.ClaimIfUnclaimed(ctx, ep, b.user, token)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrClaimedByOther):
+		m.audit(b.user, "sandbox.refused", map[string]any{"sandbox": row.Name, "reason": "its agent belongs to another user"})
+		return false, fmt.Errorf("sandbox %s: %w", row.Name, err)
+	}
+	m.log.Info("claim from the pool: binding in one call failed; taking the general path", "user", b.user, "sandbox", row.Name, "err", err)
+	return false, nil
 }
 
 // bind makes sure the agent at ep belongs to b's user: an agent that is
-// nobody's yet (fresh from the pool, or made for this user) is given the
+// nobody's yet (made for this user, or from the pool when bindClaimed
+// could not bind it) is given the
 // user id and a fresh gateway token over the control path, the token's
 // hash stored first, so a crash in between only means binding again. An
 // agent bound to someone else is never rebound: ErrClaimedByOther.

@@ -10,8 +10,11 @@ import (
 )
 
 // poolBox is one warm-pool sandbox: being built, or ready (its agent
-// answered /health and is nobody's; paused where the engine can pause,
-// running where it cannot).
+// answered /health and is nobody's). A ready one is left running, not
+// paused: an unclaimed agent does nothing (it answers only /health and
+// /claim, its storage unopened; no CPU time measured in 20 s idle) and
+// holds the memory a paused one would, and a claim then costs no unpause,
+// which was most of it (docs/operations.md, Performance).
 type poolBox struct {
 	name     string
 	building bool
@@ -114,7 +117,7 @@ func (m *Manager) wantPool() bool {
 
 // buildPool makes one pool sandbox: its row first (so a crash leaves
 // nothing unnamed), then network, volumes and container, started until the
-// agent answers, then paused and marked ready.
+// agent answers, then marked ready.
 func (m *Manager) buildPool(ctx context.Context, name string) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.BringUpTimeout)
 	defer cancel()
@@ -150,11 +153,6 @@ func (m *Manager) buildPool(ctx context.Context, name string) (err error) {
 	}
 	if h.Claimed {
 		return fmt.Errorf("pool sandbox %s: its agent is claimed already (by %s)", name, h.User)
-	}
-	if m.pauser != nil { // an engine that cannot pause keeps its pool running
-		if err := m.pauser.Pause(ctx, c.ID); err != nil {
-			return err
-		}
 	}
 	row.State = registry.PoolReady
 	if err := m.reg.UpdatePoolSandbox(ctx, row); err != nil {

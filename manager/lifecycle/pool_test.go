@@ -1,23 +1,27 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/affido/affido/manager/registry"
 )
 
-// The pool fills to its size with paused, unclaimed sandboxes that belong
-// to nobody; a new user's first request claims one (an unpause, no create)
-// under its pool name, and the pool refills.
+// The pool fills to its size with running, unclaimed sandboxes that
+// belong to nobody; a new user's first request claims one (no unpause, no
+// create) under its pool name, and the pool refills.
 func TestPoolFillsAndIsClaimed(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 2})
 	r.run()
 	r.eventually("two ready pool sandboxes", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
 	ready := map[string]bool{}
 	for _, p := range mustPool(t, r) {
-		if got := r.eng.status(p.Name); got != "paused" || !IsPoolName(p.Name) {
+		if got := r.eng.status(p.Name); got != "running" || !IsPoolName(p.Name) {
 			t.Fatalf("pool sandbox %s is %q", p.Name, got)
 		}
 		ready[p.Name] = true
@@ -131,4 +135,74 @@ func mustPool(t *testing.T, r *rig) []registry.PoolSandbox {
 		t.Fatal(err)
 	}
 	return ps
+}
+
+// A claim from the pool binds its agent in one call: the claim's
+// transaction stores the token's hash, and the agent gets that token with
+// POST /claim if_unclaimed; no /health, no user lock, no second write of
+// the token. The registry and the agent agree on the token.
+func TestClaimFromThePoolBindsInOneCall(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 1})
+	r.run()
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.PoolCount(registry.PoolReady) == 1 })
+	if err := r.m.SetPool(context.Background(), 0, false); err != nil { // no refill: its build asks /health
+		t.Fatal(err)
+	}
+	healthBefore := r.agents.HealthCalls()
+	ep := r.mustResolve("alice")
+	if got := r.agents.HealthCalls() - healthBefore; got != 0 {
+		t.Errorf("the claim asked /health %d times, want 0", got)
+	}
+	row, _ := r.reg.Row("alice")
+	tok := r.agents.Token(ep)
+	if r.agents.Owner(ep) != "alice" || tok == "" || !bytes.Equal(row.TokenHash, registry.HashToken(tok)) {
+		t.Fatalf("agent bound to %q with token %q; the registry holds hash %x", r.agents.Owner(ep), tok, row.TokenHash)
+	}
+}
+
+// Another manager binds the claimed agent (its own token, stored first)
+// between this manager's claim and its POST /claim: the claim if_unclaimed
+// is refused, this manager takes the general path, and the registry and
+// the agent still agree on one token: the other manager's.
+func TestClaimFromThePoolNeverUndoesAnotherManagersBind(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 1})
+	r.run()
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.PoolCount(registry.PoolReady) == 1 })
+	var once sync.Once
+	r.agents.SetBeforeClaim(func(key string) {
+		once.Do(func() { // the other manager's bind, as bind does it: the hash, then the agent
+			row, _ := r.reg.Row("alice")
+			row.TokenHash = registry.HashToken("tok-other-manager")
+			if err := r.reg.UpdateSandbox(context.Background(), row); err != nil {
+				t.Error(err)
+			}
+			r.agents.ClaimKey(key, "alice", "tok-other-manager")
+		})
+	})
+	ep := r.mustResolve("alice")
+	row, _ := r.reg.Row("alice")
+	if tok := r.agents.Token(ep); tok != "tok-other-manager" || !bytes.Equal(row.TokenHash, registry.HashToken(tok)) {
+		t.Fatalf("the agent holds %q; the registry holds hash %x (want both the other manager's token)", tok, row.TokenHash)
+	}
+}
+
+// A pool agent that another user's bind reached first is refused, never
+// rebound, and the request fails with ErrClaimedByOther.
+func TestClaimFromThePoolOfAnotherUsersAgentIsRefused(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 1})
+	r.run()
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.PoolCount(registry.PoolReady) == 1 })
+	r.agents.SetBeforeClaim(func(key string) { r.agents.ClaimKey(key, "mallory", "tok-mallory") })
+	_, err := r.resolve("alice")
+	if !errors.Is(err, ErrClaimedByOther) {
+		t.Fatalf("resolve: %v, want ErrClaimedByOther", err)
+	}
+	row, _ := r.reg.Row("alice")
+	r.eng.mu.Lock()
+	ip := r.eng.containers[row.Name].ip
+	r.eng.mu.Unlock()
+	ep := netip.AddrPortFrom(ip, 8080)
+	if owner, tok := r.agents.Owner(ep), r.agents.Token(ep); owner != "mallory" || tok != "tok-mallory" {
+		t.Fatalf("the agent is bound to %q with %q, want mallory's kept", owner, tok)
+	}
 }

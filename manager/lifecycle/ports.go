@@ -61,6 +61,10 @@ type Agent interface {
 	// /claim over the control path); an agent bound to another user
 	// refuses.
 	Claim(ctx context.Context, ep netip.AddrPort, user, token string) error
+	// ClaimIfUnclaimed is Claim that never replaces a token: an agent that
+	// is user's already under another token answers
+	// sandboxapi.ErrClaimedAlready. The claim from the warm pool sends it.
+	ClaimIfUnclaimed(ctx context.Context, ep netip.AddrPort, user, token string) error
 	// PrepareIdle asks the agent to close its storage (POST /pause?if_idle=1).
 	// busy is true while it has a request in flight or work due; wakeAt is
 	// its next due time, if any.

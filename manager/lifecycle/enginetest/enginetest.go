@@ -209,9 +209,9 @@ func (s *suite) firstRequest() {
 	}
 }
 
-// claimFromPool: the pool holds a ready sandbox (paused, or running where
-// the engine cannot pause) that is nobody's; a new user's request claims
-// it under its pool name and binds its agent.
+// claimFromPool: the pool holds a ready sandbox (running) that is
+// nobody's; a new user's request claims it under its pool name and binds
+// its agent.
 func (s *suite) claimFromPool() {
 	m, _ := s.manager(lifecycle.Config{WarmPool: 1})
 	s.eventually("a ready pool sandbox", func() bool { return s.reg.PoolCount(registry.PoolReady) == 1 })
@@ -220,11 +220,7 @@ func (s *suite) claimFromPool() {
 	}
 	pools, _ := s.reg.PoolSandboxes(context.Background())
 	name := pools[0].Name
-	want := lifecycle.StatusRunning
-	if s.canPause() {
-		want = lifecycle.StatusPaused
-	}
-	if got := s.status(name); got != want {
+	if got, want := s.status(name), lifecycle.StatusRunning; got != want {
 		s.t.Fatalf("ready pool sandbox %s is %q, want %q", name, got, want)
 	}
 	ep := s.resolve(m, "bob")

@@ -20,12 +20,17 @@ type Agents struct {
 	Locate func(ep netip.AddrPort) (key string, up bool)
 
 	mu     sync.Mutex
-	owner  map[string]string     // claimed user
-	busy   map[string]bool       // a request in flight
-	due    map[string]*time.Time // next due time PrepareIdle reports
-	dueFor map[string]*time.Time // the same, by the claimed user, for agents not yet up
-	claims int
-	wakes  map[string]int
+	owner  map[string]string // claimed user
+	token  map[string]string // its gateway token
+	health int               // GET /health calls answered
+	// beforeClaim, when set, runs before every claim is answered (another
+	// manager binding the agent first).
+	beforeClaim func(key string)
+	busy        map[string]bool       // a request in flight
+	due         map[string]*time.Time // next due time PrepareIdle reports
+	dueFor      map[string]*time.Time // the same, by the claimed user, for agents not yet up
+	claims      int
+	wakes       map[string]int
 	// idleGate, when set, holds every PrepareIdle until it is closed (or
 	// the caller gives up): an agent slow to answer a pause.
 	idleGate chan struct{}
@@ -40,7 +45,7 @@ func (a *Agents) SetIdleGate(gate chan struct{}) {
 
 // NewAgents returns fake agents located by locate.
 func NewAgents(locate func(ep netip.AddrPort) (string, bool)) *Agents {
-	return &Agents{Locate: locate, owner: map[string]string{}, busy: map[string]bool{}, due: map[string]*time.Time{}, dueFor: map[string]*time.Time{}, wakes: map[string]int{}}
+	return &Agents{Locate: locate, owner: map[string]string{}, token: map[string]string{}, busy: map[string]bool{}, due: map[string]*time.Time{}, dueFor: map[string]*time.Time{}, wakes: map[string]int{}}
 }
 
 func (a *Agents) at(ep netip.AddrPort) (string, error) {
@@ -59,24 +64,76 @@ func (a *Agents) Health(ctx context.Context, ep netip.AddrPort) (sandboxapi.Heal
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.health++
 	u := a.owner[k]
 	return sandboxapi.Health{Status: "ok", Claimed: u != "", User: u}, nil
 }
 
-// Claim binds the agent; one bound to another user refuses.
+// Claim binds the agent; one bound to another user refuses; the same user
+// again replaces the token.
 func (a *Agents) Claim(ctx context.Context, ep netip.AddrPort, user, token string) error {
+	return a.claim(ep, user, token, false)
+}
+
+// ClaimIfUnclaimed is Claim that refuses to replace a token with
+// sandboxapi.ErrClaimedAlready.
+func (a *Agents) ClaimIfUnclaimed(ctx context.Context, ep netip.AddrPort, user, token string) error {
+	return a.claim(ep, user, token, true)
+}
+
+func (a *Agents) claim(ep netip.AddrPort, user, token string, ifUnclaimed bool) error {
 	k, err := a.at(ep)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if u := a.owner[k]; u != "" && u != user {
-		return sandboxapi.ErrClaimedByOther
+	before := a.beforeClaim
+	a.mu.Unlock()
+	if before != nil {
+		before(k)
 	}
-	a.owner[k] = user
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch u := a.owner[k]; {
+	case u != "" && u != user:
+		return sandboxapi.ErrClaimedByOther
+	case ifUnclaimed && u == user && a.token[k] != token:
+		return sandboxapi.ErrClaimedAlready
+	}
+	a.owner[k], a.token[k] = user, token
 	a.claims++
 	return nil
+}
+
+// Token returns the gateway token the agent at ep was claimed with.
+func (a *Agents) Token(ep netip.AddrPort) string {
+	k, _ := a.Locate(ep)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.token[k]
+}
+
+// HealthCalls counts the GET /health calls answered, to every agent.
+func (a *Agents) HealthCalls() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.health
+}
+
+// SetBeforeClaim makes every claim run f (with the agent's key) before it
+// is answered; nil: none. f may call Claim on another goroutine's behalf.
+func (a *Agents) SetBeforeClaim(f func(key string)) {
+	a.mu.Lock()
+	a.beforeClaim = f
+	a.mu.Unlock()
+}
+
+// ClaimKey binds the agent under key behind the manager's back, with token
+// (another manager's bind).
+func (a *Agents) ClaimKey(key, user, token string) {
+	a.mu.Lock()
+	a.owner[key], a.token[key] = user, token
+	a.mu.Unlock()
 }
 
 // PrepareIdle refuses while the agent is busy, else reports its due time.
