@@ -110,8 +110,12 @@ type Manager struct {
 	pool     map[string]*poolBox       // by pool sandbox name
 	resume   map[State][]time.Duration // recent resume times per tier (wake.go)
 	poolKick chan struct{}
-	queued   map[string]bool    // users whose sandbox reconcile should look at now
-	lookAt   map[*box]time.Time // when each sandbox's last reconcile asked to be looked at again
+	// adopted is closed once the first reconcile (Adopt) has read the
+	// registry and the engine: the pool fills only after it.
+	adopted     chan struct{}
+	adoptedOnce sync.Once
+	queued      map[string]bool    // users whose sandbox reconcile should look at now
+	lookAt      map[*box]time.Time // when each sandbox's last reconcile asked to be looked at again
 	// looks are the sandboxes an engine event named since the manager last
 	// read the engine for them: reconcile reads it before anything else,
 	// and requests do not go straight to them meanwhile.
@@ -176,7 +180,7 @@ func New(eng Engine, reg Registry, agent Agent, cfg Config, log *slog.Logger, m 
 	}
 	mgr := &Manager{eng: eng, reg: reg, agent: agent, cfg: cfg, log: log, metrics: m,
 		boxes: map[string]*box{}, byName: map[string]string{}, pool: map[string]*poolBox{},
-		poolKick: make(chan struct{}, 1), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, looks: map[*box]bool{}, kick: make(chan struct{}, 1), now: time.Now, hungProbe: hungProbe}
+		poolKick: make(chan struct{}, 1), adopted: make(chan struct{}), queued: map[string]bool{}, lookAt: map[*box]time.Time{}, looks: map[*box]bool{}, kick: make(chan struct{}, 1), now: time.Now, hungProbe: hungProbe}
 	mgr.adm = newAdmission(cfg.Admission)
 	mgr.pauser, _ = eng.(Pauser)
 	mgr.nets, _ = eng.(Networks)

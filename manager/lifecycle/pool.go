@@ -61,10 +61,17 @@ func (m *Manager) kickPool() {
 	}
 }
 
-// fillPool runs until ctx ends, building pool sandboxes while the pool is
-// short, one per free admission slot, never while a user waits for one
-// and never past the running capacity.
+// fillPool runs until ctx ends, from the first reconcile on, building pool
+// sandboxes while the pool is short, one per free admission slot, never
+// while a user waits for one and never past the running capacity.
 func (m *Manager) fillPool(ctx context.Context) {
+	// Not before the first reconcile: until it, this manager's view of the
+	// pool is empty, and it would build a second pool beside the ready one.
+	select {
+	case <-m.adopted:
+	case <-ctx.Done():
+		return
+	}
 	backoff := time.Duration(0)
 	t := time.NewTicker(m.cfg.Tick)
 	defer t.Stop()

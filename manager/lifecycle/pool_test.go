@@ -206,3 +206,22 @@ func TestClaimFromThePoolOfAnotherUsersAgentIsRefused(t *testing.T) {
 		t.Fatalf("the agent is bound to %q with %q, want mallory's kept", owner, tok)
 	}
 }
+
+// A manager that starts beside a full pool adopts it and builds nothing:
+// the pool fills only after the first reconcile has read what is there.
+// (Before, the fill loop started with an empty view and built a second
+// pool beside the adopted one at every restart.)
+func TestRestartBesideAFullPoolBuildsNothing(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 2})
+	r.run()
+	r.eventually("a full pool", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
+	for i := range 3 {
+		r = r.restart(Config{WarmPool: 2})
+		r.eventually("no pool sandbox being built", func() bool {
+			return r.reg.PoolCount(registry.PoolReady) == r.reg.PoolCount("")
+		})
+		if n := r.reg.PoolCount(""); n != 2 {
+			t.Fatalf("after restart %d the pool has %d sandboxes, want 2", i+1, n)
+		}
+	}
+}

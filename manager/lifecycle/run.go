@@ -52,6 +52,7 @@ func (m *Manager) followEvents(ctx context.Context) {
 			m.log.Error("reconcile", "err", err)
 		} else {
 			m.eventsUp.Store(true)
+			m.adoptedOnce.Do(func() { close(m.adopted) })
 		}
 	loop:
 		for {
