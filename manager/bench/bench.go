@@ -526,26 +526,21 @@ func (r *runner) prompts(ctx context.Context) error {
 }
 
 func (r *runner) density(ctx context.Context) error {
-	mem := func(name string) (float64, error) { return r.memory(ctx, name) }
 	// Pause every bench sandbox first: density is about sandboxes at rest.
-	var agents []float64
+	var sets, usages []float64
 	for _, u := range r.users {
 		n := r.sandboxName(u)
 		if res, err := r.cli.ContainerInspect(ctx, provision.ContainerName(n), client.ContainerInspectOptions{}); err == nil && res.Container.State != nil && res.Container.State.Running && !res.Container.State.Paused {
 			_, _ = r.cli.ContainerPause(ctx, provision.ContainerName(n), client.ContainerPauseOptions{})
 		}
-		if m, err := mem(provision.ContainerName(n)); err == nil && m > 0 {
-			agents = append(agents, m)
+		if ws, usage, err := r.memory(ctx, provision.ContainerName(n)); err == nil && usage > 0 {
+			sets, usages = append(sets, ws), append(usages, usage)
 		}
 	}
-	sort.Float64s(agents)
-	mgr, _ := mem(r.cfg.Stack + "-manager")
-	cad, _ := mem(r.cfg.Stack + "-caddy")
-	med := 0.0
-	if len(agents) > 0 {
-		med = agents[len(agents)/2]
-	}
-	r.add(Figure{Name: "density: memory per paused agent (MiB, median)", Samples: len(agents), P50ms: med,
-		Note: fmt.Sprintf("manager %.1f MiB, caddy %.1f MiB (cgroup memory usage; p50 column holds MiB)", mgr, cad)})
+	ws, usage := medians(sets, usages)
+	mgr, _, _ := r.memory(ctx, r.cfg.Stack+"-manager")
+	cad, _, _ := r.memory(ctx, r.cfg.Stack+"-caddy")
+	r.add(Figure{Name: "density: memory per paused agent (MiB, median, working set)", Samples: len(sets), P50ms: ws,
+		Note: fmt.Sprintf("cgroup usage less inactive file pages, as docker stats shows; with page cache %.1f MiB. Manager %.1f MiB, caddy %.1f MiB (working set); p50 column holds MiB", usage, mgr, cad)})
 	return nil
 }
