@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -348,4 +352,91 @@ func TestWebAgentsPage(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#owner-notes-form button[type="submit"]`)))
 	until(t, ctx, "the conflict said", `document.querySelector('#owner-notes-error').textContent.includes('meanwhile') && document.querySelector('#owner-notes').value === 'Ada, in Lisbon.'`)
 	screenshots(t, ctx, "agents")
+}
+
+// A phone moving between networks: the page's reads fail at the network
+// (fetch rejects, as Chromium's net::ERR_NETWORK_CHANGED makes it) the
+// first two times each is sent. The Settings page still fills in, since a
+// read is sent again; a write that fails so is not sent again, and the
+// page says the server could not be reached. (Before: the Settings page's
+// first failed read ended it with "Failed to fetch" and the lists empty.)
+func TestWebReadsSurviveANetworkDrop(t *testing.T) {
+	user, password, tok := webUser(t, "netdrop")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+
+	// Every request to the account API is held by the browser; the first
+	// two of each method and path fail as a dropped connection would.
+	type paused struct {
+		id  fetch.RequestID
+		key string
+	}
+	held := make(chan paused, 64)
+	_ = chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			select {
+			case held <- paused{e.RequestID, e.Request.Method + " " + e.Request.URL}:
+			default: // the test is over
+			}
+		}
+	})
+	var mu sync.Mutex
+	failed := map[string]int{}
+	sent := map[string]int{}
+	go func() {
+		for {
+			var p paused
+			select {
+			case p = <-held:
+			case <-ctx.Done():
+				return
+			}
+			mu.Lock()
+			drop := failed[p.key] < 2
+			if drop {
+				failed[p.key]++
+			} else {
+				sent[p.key]++
+			}
+			mu.Unlock()
+			var err error
+			if drop {
+				_, err = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: p.id, ErrorReason: network.ErrorReasonConnectionReset})
+			} else {
+				_, err = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: p.id})
+			}
+			if err != nil && ctx.Err() == nil {
+				t.Logf("fetch interception of %s: %v", p.key, err)
+			}
+		}
+	}()
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/api/*"}}}); err != nil {
+		t.Fatalf("enable request interception: %v", err)
+	}
+	defer func() { _, _ = chromedp.Call(ctx, fetch.Disable, cdp.Empty{}) }()
+
+	run(t, ctx, "settings", chromedp.Navigate(baseURL+"/app/#/settings"))
+	until(t, ctx, "the sandbox state, the sessions and the tokens, after the drops",
+		`/state: (running|paused|stopped)/.test(document.querySelector('#sandbox-state').textContent) && document.querySelectorAll('#session-list li').length >= 1 && document.querySelector('#token-list').children.length >= 1`)
+	mu.Lock()
+	for _, key := range []string{"GET " + baseURL + "/api/sandbox", "GET " + baseURL + "/api/tokens", "GET " + baseURL + "/api/sessions"} {
+		if failed[key] != 2 || sent[key] < 1 {
+			t.Errorf("%s: failed %d times, then sent %d times; want 2 failures, then sent", key, failed[key], sent[key])
+		}
+	}
+	mu.Unlock()
+
+	// A write is not sent again: the notification URL's PUT fails at the
+	// network once, and the page says so; nothing reached the manager.
+	run(t, ctx, "save a notification URL", chromedp.SetValue(chromedp.ID("notify-url"), "https://ntfy.invalid/netdrop-test"), chromedp.Click(chromedp.CSS(`#notify-form button`)))
+	until(t, ctx, "the page says the server was not reached", `document.querySelector('#status-line').textContent.includes('could not reach the server')`)
+	mu.Lock()
+	if k := "PUT " + baseURL + "/api/notify"; failed[k] != 1 || sent[k] != 0 {
+		t.Errorf("%s: failed %d times, sent %d times; want it tried once", k, failed[k], sent[k])
+	}
+	mu.Unlock()
+	if r := request(t, "GET", "/api/notify", bearer(tok)); r.Code != 200 || strings.Contains(r.Body, "netdrop-test") {
+		t.Fatalf("the notification URL after the write that failed at the network: %d %s", r.Code, r.Body)
+	}
 }

@@ -19,13 +19,37 @@ export class APIError extends Error {
   }
 }
 
+// readRetries are the waits before a read is sent again after the network
+// failed under it (a phone moving between networks, Wi-Fi waking up): a
+// read changes nothing, so sending it again is safe. A write is never sent
+// twice; its caller says it failed and the owner sends it again.
+const readRetries = [250, 750, 1500, 3000];
+const pause = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
+
+// send is fetch, with a read tried again while the network fails (fetch
+// rejects with a TypeError). An answer, even an error, is never retried
+// here: the caller decides what a 503 means.
+async function send(path, opts) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetch(path, opts);
+    } catch (err) {
+      const read = opts.method === 'GET' || opts.method === 'HEAD';
+      if (!read || !(err instanceof TypeError) || attempt >= readRetries.length) {
+        throw new APIError(0, { detail: `could not reach the server (${err.message}); check the connection and try again` });
+      }
+      await pause(readRetries[attempt]);
+    }
+  }
+}
+
 export async function call(method, path, body) {
   const opts = { method, credentials: 'same-origin', headers: {} };
   if (body !== undefined || method !== 'GET') {
     opts.headers['Content-Type'] = 'application/json';
     opts.body = body === undefined ? '' : JSON.stringify(body);
   }
-  const resp = await fetch(path, opts);
+  const resp = await send(path, opts);
   if (resp.status === 401) {
     location.assign('/app/sign-in');
     throw new APIError(401, { title: 'signed out' });
