@@ -109,11 +109,13 @@ build_probe() {
   docker build -q -t affido/probe:test .build/probe >/dev/null 2>&1
 }
 
+# E2E_FLAGS are go test's flags for every run of the compiled suite.
+E2E_FLAGS=(-test.v -test.count=1 -test.parallel "${AFFIDO_E2E_PARALLEL:-4}" -test.timeout "${AFFIDO_E2E_TIMEOUT:-45m}")
+
 # e2e ARGS... runs the compiled suite from its package directory (the tests
-# find ./dev.sh at ..) with go test's flags.
+# find ./dev.sh at ..) with E2E_FLAGS and ARGS.
 e2e() {
-  (cd e2e-test && ../"$LOG/e2e.test" -test.v -test.count=1 -test.parallel "${AFFIDO_E2E_PARALLEL:-4}" \
-    -test.timeout "${AFFIDO_E2E_TIMEOUT:-45m}" "$@")
+  (cd e2e-test && ../"$LOG/e2e.test" "${E2E_FLAGS[@]}" "$@")
 }
 
 # all_suites runs the whole suite on two stacks: the long serial tests (MAIN)
@@ -127,8 +129,7 @@ all_suites() {
   fi
   echo "e2e: $(date +%T) two stacks: $MAIN on $AFFIDO_STACK; the others but $ALONE on ${AFFIDO_STACK}2"
   # exec: the job's pid is the suite's own, for cleanup to stop.
-  (stack_env 2; cd e2e-test && AFFIDO_E2E_SHARED=1 exec ../"$LOG/e2e.test" -test.v -test.count=1 \
-    -test.parallel "${AFFIDO_E2E_PARALLEL:-4}" -test.timeout "${AFFIDO_E2E_TIMEOUT:-45m}" -test.skip "$MAIN|$ALONE") \
+  (stack_env 2; cd e2e-test && AFFIDO_E2E_SHARED=1 exec ../"$LOG/e2e.test" "${E2E_FLAGS[@]}" -test.skip "$MAIN|$ALONE") \
     >"$LOG/go-test2.log" 2>&1 &
   SECOND_PID=$!
   AFFIDO_E2E_SHARED=1 e2e -test.run "$MAIN" 2>&1 | tee -a "$LOG/go-test.log" || rc=$?
