@@ -12,7 +12,7 @@ import (
 // poolBox is one warm-pool sandbox: being built, or ready (its agent
 // answered /health and is nobody's). A ready one is left running, not
 // paused: an unclaimed agent does nothing (it answers only /health and
-// /claim, its storage unopened; no CPU time measured in 20 s idle) and
+// /claim, its storage unopened; no CPU time in 30 s idle, measured) and
 // holds the memory a paused one would, and a claim then costs no unpause,
 // which was most of it (docs/operations.md, Performance).
 type poolBox struct {
