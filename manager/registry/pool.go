@@ -13,7 +13,7 @@ import (
 // PoolSandbox is one warm-pool sandbox: made ahead of need, nobody's yet.
 type PoolSandbox struct {
 	Name        string
-	State       string // StateProvisioning while it is built, PoolReady once paused and waiting
+	State       string // StateProvisioning while it is built, PoolReady once its agent answered and it waits
 	Subnet      netip.Prefix
 	Image       string // the agent image it was made from
 	ContainerID string
