@@ -112,6 +112,7 @@ func (m *Manager) Adopt(ctx context.Context) error {
 	nready := m.readyPoolLocked()
 	m.mu.Unlock()
 	m.log.Info("reconciled", "sandboxes", len(rows), "pool_ready", nready, "pool_retired", len(retire), "unknown_objects", unknown)
+	m.adoptedOnce.Do(func() { close(m.adopted) }) // the pool may fill now
 	m.kickPool()
 	return nil
 }

@@ -152,7 +152,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 	}
 	bound := false
 	if claimToken != "" { // just claimed from the pool: bind in one call
-		if bound, err = m.bindClaimed(ctx, b, row, ep, claimToken); err != nil {
+		if bound, err = m.bindClaimed(ctx, b, row, ep, claimToken, slot); err != nil {
 			return netip.AddrPort{}, err
 		}
 	}
@@ -161,14 +161,7 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 		if err != nil {
 			return netip.AddrPort{}, fmt.Errorf("sandbox %s not ready: %w", row.Name, err)
 		}
-		claimed := h.Claimed
-		if claimToken != "" && h.User == b.user {
-			// Bound to this user, but with which token? Another manager's
-			// bind may have replaced the one row holds: bind again under
-			// the user's lock, which reads the token that holds.
-			claimed = false
-		}
-		if err := m.bind(ctx, b, &row, ep, claimed, h.User, slot); err != nil {
+		if err := m.bind(ctx, b, &row, ep, h.Claimed, h.User, slot); err != nil {
 			return netip.AddrPort{}, err
 		}
 	}

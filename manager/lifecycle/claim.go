@@ -22,6 +22,10 @@ func (m *Manager) claim(ctx context.Context, b *box) (row registry.Sandbox, toke
 	if ready == 0 {
 		return registry.Sandbox{}, "", registry.ErrNotFound
 	}
+	// A ready pool sandbox runs but takes no slot; its user's does.
+	if err := m.makeRoom(ctx, b); err != nil {
+		return registry.Sandbox{}, "", err
+	}
 	token = registry.NewToken()
 	row, err = m.reg.ClaimPoolSandbox(ctx, b.user, m.cfg.ImageID, registry.HashToken(token))
 	if err != nil {
@@ -39,16 +43,24 @@ func (m *Manager) claim(ctx context.Context, b *box) (row registry.Sandbox, toke
 // call, POST /claim with the token whose hash the claim stored, sent
 // if_unclaimed, so it can only bind an agent that is nobody's (a pool
 // agent answered /health unclaimed when it was made ready; no /health
-// again). It needs no lock: the registry holds that token
-// already, and a bind by another manager meanwhile (which stores its own
-// token first, under the user's lock, and then replaces the agent's) is
-// never undone by this call. Anything but success returns false and the
-// caller takes the general path (waitHealthy, then bind), which finds out
-// what the agent holds; an agent bound to another user is never rebound.
-func (m *Manager) bindClaimed(ctx context.Context, b *box, row registry.Sandbox, ep netip.AddrPort, token string) (bound bool, err error) {
+// again). Like every bind it runs under the user's registry lock (locked:
+// the caller holds it), so it never interleaves with another manager's
+// bind; the agent answering claimed-already means one finished before it,
+// and the registry holds that bind's token. Any other failure returns
+// false and the caller takes the general path (waitHealthy, then bind),
+// which finds out what the agent holds; an agent bound to another user is
+// never rebound.
+func (m *Manager) bindClaimed(ctx context.Context, b *box, row registry.Sandbox, ep netip.AddrPort, token string, locked bool) (bound bool, err error) {
+	if !locked {
+		unlock, err := m.reg.LockUser(ctx, b.user)
+		if err != nil {
+			return false, err
+		}
+		defer unlock()
+	}
 	err = m.agent.ClaimIfUnclaimed(ctx, ep, b.user, token)
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ErrClaimedAlready):
 		return true, nil
 	case errors.Is(err, ErrClaimedByOther):
 		m.audit(b.user, "sandbox.refused", map[string]any{"sandbox": row.Name, "reason": "its agent belongs to another user"})
@@ -67,7 +79,10 @@ func (m *Manager) bindClaimed(ctx context.Context, b *box, row registry.Sandbox,
 //
 // The token's write and the claim run under the user's registry lock
 // (locked: the caller holds it already), so two managers binding one
-// sandbox cannot leave the agent and the registry with different tokens.
+// sandbox cannot leave the agent and the registry with different tokens;
+// and only an agent seen unclaimed under the lock is given a token, so a
+// claim that does not reach it leaves it unclaimed, to be bound again,
+// never holding one token while the registry holds another.
 func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep netip.AddrPort, claimed bool, owner string, locked bool) error {
 	if claimed && owner == b.user {
 		return nil
@@ -82,7 +97,11 @@ func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep ne
 			return err
 		}
 		defer unlock()
-		if h, err := m.agent.Health(ctx, ep); err == nil && h.Claimed { // another manager bound it meanwhile
+		h, err := m.agent.Health(ctx, ep)
+		if err != nil {
+			return fmt.Errorf("bind sandbox %s to %s: look again under the lock: %w", row.Name, b.user, err)
+		}
+		if h.Claimed { // another manager bound it meanwhile
 			fresh, err := m.reg.Sandbox(ctx, b.user)
 			if err != nil {
 				return err
@@ -93,7 +112,7 @@ func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep ne
 	}
 	token := registry.NewToken()
 	row.TokenHash = registry.HashToken(token)
-	if err := m.reg.UpdateSandbox(ctx, *row); err != nil {
+	if err := m.reg.SetSandboxToken(ctx, b.user, row.TokenHash); err != nil {
 		return err
 	}
 	if err := m.agent.Claim(ctx, ep, b.user, token); err != nil {

@@ -32,6 +32,10 @@ var ErrCapacity = errors.New("sandbox capacity reached")
 // returns it too.
 var ErrClaimedByOther = sandboxapi.ErrClaimedByOther
 
+// ErrClaimedAlready: the agent is the user's already, under a token
+// another bind gave it (the answer to a claim if_unclaimed).
+var ErrClaimedAlready = sandboxapi.ErrClaimedAlready
+
 // QueuedError is returned when a request's budget ran out before its
 // sandbox was up. The work goes on; RetryAfter is when to ask again.
 type QueuedError struct {

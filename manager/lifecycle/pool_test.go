@@ -162,8 +162,10 @@ func TestClaimFromThePoolBindsInOneCall(t *testing.T) {
 
 // Another manager binds the claimed agent (its own token, stored first)
 // between this manager's claim and its POST /claim: the claim if_unclaimed
-// is refused, this manager takes the general path, and the registry and
-// the agent still agree on one token: the other manager's.
+// is refused (claimed-already), this manager writes no token, and the
+// registry and the agent agree on one token: the other manager's. (The
+// first version failed this: the bring-up's last row write put the
+// claim's hash back.)
 func TestClaimFromThePoolNeverUndoesAnotherManagersBind(t *testing.T) {
 	r := newRig(t, Config{WarmPool: 1})
 	r.run()
@@ -171,9 +173,7 @@ func TestClaimFromThePoolNeverUndoesAnotherManagersBind(t *testing.T) {
 	var once sync.Once
 	r.agents.SetBeforeClaim(func(key string) {
 		once.Do(func() { // the other manager's bind, as bind does it: the hash, then the agent
-			row, _ := r.reg.Row("alice")
-			row.TokenHash = registry.HashToken("tok-other-manager")
-			if err := r.reg.UpdateSandbox(context.Background(), row); err != nil {
+			if err := r.reg.SetSandboxToken(context.Background(), "alice", registry.HashToken("tok-other-manager")); err != nil {
 				t.Error(err)
 			}
 			r.agents.ClaimKey(key, "alice", "tok-other-manager")
@@ -223,5 +223,86 @@ func TestRestartBesideAFullPoolBuildsNothing(t *testing.T) {
 		if n := r.reg.PoolCount(""); n != 2 {
 			t.Fatalf("after restart %d the pool has %d sandboxes, want 2", i+1, n)
 		}
+	}
+}
+
+// Two managers on one registry, engine and set of agents bring up the same
+// new users at once, from the pool and not: every user ends with one
+// sandbox whose agent holds the token whose hash the registry holds. (The
+// second claim for a user fails on the registry's key and that request
+// is answered with an error, as before; its client asks again.)
+func TestTwoManagersClaimingTheSameUsersAgreeOnTheToken(t *testing.T) {
+	a := newRig(t, Config{WarmPool: 3})
+	a.run()
+	b := newRigOn(t, Config{WarmPool: 3}, a.eng, a.reg, a.agents)
+	b.run()
+	a.eventually("a ready pool", func() bool { return a.reg.PoolCount(registry.PoolReady) >= 3 })
+	for i := range 12 {
+		user := fmt.Sprintf("u%d", i)
+		var wg sync.WaitGroup
+		eps := make([]netip.AddrPort, 2)
+		for j, r := range []*rig{a, b} {
+			wg.Go(func() {
+				ep, err := r.resolve(user)
+				if err != nil { // lost the claim to the other manager: ask again
+					ep, err = r.resolve(user)
+				}
+				if err != nil {
+					t.Errorf("resolve %s twice: %v", user, err)
+				}
+				eps[j] = ep
+			})
+		}
+		wg.Wait()
+		row, _ := a.reg.Row(user)
+		if eps[0] != eps[1] {
+			t.Fatalf("%s: the managers answered %s and %s", user, eps[0], eps[1])
+		}
+		tok := a.agents.Token(eps[0])
+		if a.agents.Owner(eps[0]) != user || !bytes.Equal(row.TokenHash, registry.HashToken(tok)) {
+			t.Fatalf("%s: the agent is %q's with token %q; the registry holds hash %x", user, a.agents.Owner(eps[0]), tok, row.TokenHash)
+		}
+	}
+}
+
+// A first reconcile that fails (the registry not answering yet) is tried
+// again, and the pool fills once one succeeds. (With the pool waiting for
+// the first reconcile, a failed one left it empty until the engine's event
+// stream broke.)
+func TestPoolFillsAfterAFailedFirstReconcile(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 2})
+	r.reg.FailPoolSandboxes(1)
+	r.run()
+	r.eventually("a full pool", func() bool { return r.reg.PoolCount(registry.PoolReady) == 2 })
+}
+
+// A claim from the pool takes a running slot like any bring-up: with the
+// capacity full of users in use, a new user's claim is refused (429), and
+// no more user sandboxes run than the capacity, though ready pool
+// sandboxes run too.
+func TestClaimFromThePoolKeepsToTheCapacity(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 3, MaxRunning: 2})
+	r.run()
+	r.eventually("a ready pool", func() bool { return r.reg.PoolCount(registry.PoolReady) == 3 })
+	if err := r.m.SetPool(context.Background(), 0, false); err != nil { // no refill: a build takes a slot too
+		t.Fatal(err)
+	}
+	r.mustResolve("alice")
+	r.mustResolve("bob")
+	_, err := r.resolve("carol")
+	if !errors.Is(err, ErrCapacity) {
+		t.Fatalf("carol's claim with the capacity full of users in use: %v, want ErrCapacity", err)
+	}
+	running := 0
+	for _, u := range []string{"alice", "bob", "carol"} {
+		if row, ok := r.reg.Row(u); ok && r.eng.status(row.Name) == "running" {
+			running++
+		}
+	}
+	if running > 2 {
+		t.Fatalf("%d user sandboxes run, capacity 2", running)
+	}
+	if _, ok := r.reg.Row("carol"); ok {
+		t.Fatal("carol was given a pool sandbox she cannot run")
 	}
 }

@@ -19,7 +19,10 @@ type Sandboxes interface {
 	Sandbox(ctx context.Context, user string) (registry.Sandbox, error)
 	Sandboxes(ctx context.Context) ([]registry.Sandbox, error)
 	CreateSandbox(ctx context.Context, user string, pick registry.SubnetPicker) (registry.Sandbox, error)
+	// UpdateSandbox writes a row's mutable fields but its token hash.
 	UpdateSandbox(ctx context.Context, sb registry.Sandbox) error
+	// SetSandboxToken writes a row's token hash.
+	SetSandboxToken(ctx context.Context, user string, tokenHash []byte) error
 	DeleteSandbox(ctx context.Context, user string) error
 	ReportWake(ctx context.Context, user string, at *time.Time) error
 }

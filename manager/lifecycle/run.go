@@ -48,15 +48,25 @@ func earliest(a, b time.Time) time.Time {
 func (m *Manager) followEvents(ctx context.Context) {
 	for ctx.Err() == nil {
 		evs, errc := m.eng.Events(ctx)
-		if err := m.Adopt(ctx); err != nil {
-			m.log.Error("reconcile", "err", err)
-		} else {
+		// A failed read (Postgres or the engine not answering yet) is
+		// tried again every second while the events are followed: until
+		// one succeeds, nothing is adopted and the pool does not fill.
+		var retry <-chan time.Time
+		adopt := func() {
+			if err := m.Adopt(ctx); err != nil {
+				m.log.Error("reconcile", "err", err)
+				retry = time.After(time.Second)
+				return
+			}
+			retry = nil
 			m.eventsUp.Store(true)
-			m.adoptedOnce.Do(func() { close(m.adopted) })
 		}
+		adopt()
 	loop:
 		for {
 			select {
+			case <-retry:
+				adopt()
 			case ev, ok := <-evs:
 				if !ok {
 					break loop

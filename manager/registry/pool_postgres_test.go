@@ -54,6 +54,22 @@ func TestPostgresPoolClaimStoresTheTokenHash(t *testing.T) {
 	if row.Name != name || got.Name != name || !bytes.Equal(got.TokenHash, registry.HashToken(token)) || got.ContainerID != "c-"+name {
 		t.Fatalf("claimed row %+v, stored %+v: want %s with the token's hash", row, got, name)
 	}
+	// A row written back whole keeps the token hash the registry holds;
+	// only SetSandboxToken changes it.
+	stale := got
+	stale.TokenHash, stale.State = registry.HashToken("stale"), registry.StateRunning
+	if err := store.UpdateSandbox(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := store.Sandbox(ctx, user); !bytes.Equal(again.TokenHash, registry.HashToken(token)) || again.State != registry.StateRunning {
+		t.Fatalf("after UpdateSandbox with another hash: %+v, want the claim's hash kept and the state written", again)
+	}
+	if err := store.SetSandboxToken(ctx, user, registry.HashToken("rotated")); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := store.Sandbox(ctx, user); !bytes.Equal(again.TokenHash, registry.HashToken("rotated")) {
+		t.Fatalf("after SetSandboxToken: %x", again.TokenHash)
+	}
 	if err := store.DeletePoolSandbox(ctx, name); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("the pool row after the claim: %v, want gone", err)
 	}

@@ -280,17 +280,32 @@ func (s *Store) ReportWake(ctx context.Context, user string, at *time.Time) erro
 	return nil
 }
 
-// UpdateSandbox writes the mutable fields of a sandbox row.
+// UpdateSandbox writes the mutable fields of a sandbox row but its token
+// hash: a row read before a bind elsewhere and written back after it must
+// not put the old hash back (SetSandboxToken writes it).
 func (s *Store) UpdateSandbox(ctx context.Context, sb Sandbox) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET state = $2, container_id = $3, network_id = $4,
-		endpoint = $5, token_hash = $6, last_active_at = $7, wake_at = $8, updated_at = now()
+		endpoint = $5, last_active_at = $6, wake_at = $7, updated_at = now()
 		WHERE user_id = $1`,
-		sb.UserID, sb.State, sb.ContainerID, sb.NetworkID, sb.Endpoint, sb.TokenHash, sb.LastActiveAt, sb.WakeAt)
+		sb.UserID, sb.State, sb.ContainerID, sb.NetworkID, sb.Endpoint, sb.LastActiveAt, sb.WakeAt)
 	if err != nil {
 		return fmt.Errorf("update sandbox %s: %w", sb.UserID, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("update sandbox %s: %w", sb.UserID, ErrNotFound)
+	}
+	return nil
+}
+
+// SetSandboxToken stores the hash of the gateway token user's agent is
+// about to be given (a bind stores it first, under the user's lock).
+func (s *Store) SetSandboxToken(ctx context.Context, user string, tokenHash []byte) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET token_hash = $2, updated_at = now() WHERE user_id = $1`, user, tokenHash)
+	if err != nil {
+		return fmt.Errorf("set the token of %s's sandbox: %w", user, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set the token of %s's sandbox: %w", user, ErrNotFound)
 	}
 	return nil
 }

@@ -24,6 +24,16 @@ type Registry struct {
 	locks  map[string]*sync.Mutex
 	audits []string
 	seq    int
+	// poolFails is how many PoolSandboxes calls fail next (a registry
+	// not answering yet).
+	poolFails int
+}
+
+// FailPoolSandboxes makes the next n PoolSandboxes calls fail.
+func (r *Registry) FailPoolSandboxes(n int) {
+	r.mu.Lock()
+	r.poolFails = n
+	r.mu.Unlock()
 }
 
 // NewRegistry returns an empty Registry.
@@ -77,10 +87,23 @@ func (r *Registry) CreateSandbox(ctx context.Context, user string, pick registry
 func (r *Registry) UpdateSandbox(ctx context.Context, sb registry.Sandbox) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.rows[sb.UserID]; !ok {
+	old, ok := r.rows[sb.UserID]
+	if !ok {
 		return registry.ErrNotFound
 	}
+	sb.TokenHash = old.TokenHash // as the registry: never written here
 	r.rows[sb.UserID] = sb
+	return nil
+}
+func (r *Registry) SetSandboxToken(ctx context.Context, user string, tokenHash []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	row, ok := r.rows[user]
+	if !ok {
+		return registry.ErrNotFound
+	}
+	row.TokenHash = tokenHash
+	r.rows[user] = row
 	return nil
 }
 func (r *Registry) DeleteSandbox(ctx context.Context, user string) error {
@@ -115,6 +138,10 @@ func (r *Registry) CreatePoolSandbox(ctx context.Context, name, image string, pi
 func (r *Registry) PoolSandboxes(ctx context.Context) ([]registry.PoolSandbox, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.poolFails > 0 {
+		r.poolFails--
+		return nil, fmt.Errorf("list pool sandboxes: the registry does not answer")
+	}
 	var out []registry.PoolSandbox
 	for _, p := range r.pool {
 		out = append(out, p)

@@ -34,8 +34,7 @@ async function send(path, opts) {
     try {
       return await fetch(path, opts);
     } catch (err) {
-      const read = opts.method === 'GET' || opts.method === 'HEAD';
-      if (!read || !(err instanceof TypeError) || attempt >= readRetries.length) {
+      if (opts.method !== 'GET' || !(err instanceof TypeError) || attempt >= readRetries.length) {
         throw new APIError(0, { detail: `could not reach the server (${err.message}); check the connection and try again` });
       }
       await pause(readRetries[attempt]);
