@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,10 +47,13 @@ func (m *Manager) claim(ctx context.Context, b *box) (row registry.Sandbox, toke
 // again). Like every bind it runs under the user's registry lock (locked:
 // the caller holds it), so it never interleaves with another manager's
 // bind; the agent answering claimed-already means one finished before it,
-// and the registry holds that bind's token. Any other failure returns
-// false and the caller takes the general path (waitHealthy, then bind),
-// which finds out what the agent holds; an agent bound to another user is
-// never rebound.
+// and the registry holds that bind's token. Under the lock it first reads
+// the row again: a bind by another manager that stored its token but whose
+// claim did not reach the agent leaves it unclaimed with the registry
+// holding that other token, and sending this one would make them differ.
+// Any failure, or a token no longer the row's, returns false and the
+// caller takes the general path (waitHealthy, then bind), which finds out
+// what the agent holds; an agent bound to another user is never rebound.
 func (m *Manager) bindClaimed(ctx context.Context, b *box, row registry.Sandbox, ep netip.AddrPort, token string, locked bool) (bound bool, err error) {
 	if !locked {
 		unlock, err := m.reg.LockUser(ctx, b.user)
@@ -57,6 +61,14 @@ func (m *Manager) bindClaimed(ctx context.Context, b *box, row registry.Sandbox,
 			return false, err
 		}
 		defer unlock()
+	}
+	now, err := m.reg.Sandbox(ctx, b.user)
+	if err != nil {
+		return false, err
+	}
+	if !bytes.Equal(now.TokenHash, registry.HashToken(token)) {
+		m.log.Info("claim from the pool: another bind stored its token first; taking the general path", "user", b.user, "sandbox", row.Name)
+		return false, nil
 	}
 	err = m.agent.ClaimIfUnclaimed(ctx, ep, b.user, token)
 	switch {
@@ -101,12 +113,7 @@ func (m *Manager) bind(ctx context.Context, b *box, row *registry.Sandbox, ep ne
 		if err != nil {
 			return fmt.Errorf("bind sandbox %s to %s: look again under the lock: %w", row.Name, b.user, err)
 		}
-		if h.Claimed { // another manager bound it meanwhile
-			fresh, err := m.reg.Sandbox(ctx, b.user)
-			if err != nil {
-				return err
-			}
-			row.TokenHash = fresh.TokenHash // its token, not a stale one
+		if h.Claimed { // another manager bound it meanwhile (and stored its token)
 			return m.bind(ctx, b, row, ep, true, h.User, true)
 		}
 	}

@@ -306,3 +306,28 @@ func TestClaimFromThePoolKeepsToTheCapacity(t *testing.T) {
 		t.Fatal("carol was given a pool sandbox she cannot run")
 	}
 }
+
+// Another manager's bind stored its token, but its claim never reached the
+// agent (still nobody's), just before this manager's one-call bind took the
+// lock: sending the claim's own token then would leave the registry and
+// the agent on different tokens for good. The one-call bind sees the row's
+// token is not its own and takes the general path, which binds the agent
+// under the lock with a token the registry holds.
+func TestClaimFromThePoolAfterAnotherBindsLostClaim(t *testing.T) {
+	r := newRig(t, Config{WarmPool: 1})
+	r.run()
+	r.eventually("a ready pool sandbox", func() bool { return r.reg.PoolCount(registry.PoolReady) == 1 })
+	var once sync.Once
+	r.reg.OnLockUser(func(user string) {
+		once.Do(func() {
+			if err := r.reg.SetSandboxToken(context.Background(), user, registry.HashToken("tok-lost")); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	ep := r.mustResolve("alice")
+	row, _ := r.reg.Row("alice")
+	if tok := r.agents.Token(ep); r.agents.Owner(ep) != "alice" || !bytes.Equal(row.TokenHash, registry.HashToken(tok)) {
+		t.Fatalf("the agent is %q's with token %q; the registry holds hash %x", r.agents.Owner(ep), tok, row.TokenHash)
+	}
+}

@@ -27,6 +27,16 @@ type Registry struct {
 	// poolFails is how many PoolSandboxes calls fail next (a registry
 	// not answering yet).
 	poolFails int
+	// onLock, when set, runs at every LockUser before the lock is taken
+	// (another manager's work just before this one's).
+	onLock func(user string)
+}
+
+// OnLockUser makes every LockUser run f first (nil: nothing).
+func (r *Registry) OnLockUser(f func(user string)) {
+	r.mu.Lock()
+	r.onLock = f
+	r.mu.Unlock()
 }
 
 // FailPoolSandboxes makes the next n PoolSandboxes calls fail.
@@ -190,6 +200,12 @@ func (r *Registry) ClaimPoolSandbox(ctx context.Context, user, image string, tok
 	return row, nil
 }
 func (r *Registry) LockUser(ctx context.Context, user string) (func(), error) {
+	r.mu.Lock()
+	onLock := r.onLock
+	r.mu.Unlock()
+	if onLock != nil {
+		onLock(user)
+	}
 	r.mu.Lock()
 	l := r.locks[user]
 	if l == nil {
