@@ -23,6 +23,7 @@ import (
 
 	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/jobs"
 	"github.com/affido/affido/agent/modelclient"
@@ -32,6 +33,7 @@ import (
 	"github.com/affido/affido/agent/runner"
 	"github.com/affido/affido/agent/server"
 	"github.com/affido/affido/agent/skills"
+	"github.com/affido/affido/agent/storage"
 	"github.com/affido/affido/agent/tools"
 	"github.com/affido/affido/agent/workspace"
 	"github.com/affido/affido/internal/gatewayapi"
@@ -206,10 +208,19 @@ func serve(ctx context.Context) error {
 	gatewayURL := env(sandboxapi.EnvGatewayURL, "http://gateway:8088")
 	model := modelclient.New(gatewayURL+gatewayapi.Prefix, id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
+	var store host.Storage
+	switch kind := env(sandboxapi.EnvAgentStorage, "sqlite"); kind {
+	case "sqlite":
+	case "postgres":
+		store = storage.New(gatewayURL+gatewayapi.Prefix, id.Token)
+	default:
+		return fmt.Errorf("%s: want sqlite or postgres, got %q", sandboxapi.EnvAgentStorage, kind)
+	}
 	s := server.New(server.Config{
 		Identity:      id,
 		Workspace:     ws,
 		SessionDB:     sessionDB,
+		Storage:       store,
 		Caller:        caller,
 		CallerKeyHash: callerKey,
 		Quota:         quota,

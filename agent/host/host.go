@@ -27,8 +27,11 @@ import (
 type Config struct {
 	// User is whom the sandbox belongs to now ("" before the claim), for
 	// the status cache.
-	User         func() string
-	SessionDB    string // main's database; its directory also holds the status cache and the other agents' storage
+	User      func() string
+	SessionDB string // main's database; its directory also holds the status cache and the other agents' storage
+	// Storage, if set, holds the agents' databases instead of SQLite files
+	// under SessionDB's directory (agent/storage: the user's Postgres).
+	Storage      Storage
 	Model        durable.Model
 	DefaultModel string
 	Harness      durable.Options // Model and DefaultModel are filled from above
@@ -52,6 +55,15 @@ type Config struct {
 	// MessageTimeout bounds how long send_message and delegate wait for a
 	// reply (default 10 min).
 	MessageTimeout time.Duration
+}
+
+// Storage opens and removes agents' databases held elsewhere than in
+// SQLite files on the data volume.
+type Storage interface {
+	// Open opens agent a's database, its schema brought to this build's.
+	Open(ctx context.Context, a agents.Agent) (durable.DB, error)
+	// Remove deletes a deleted agent's database.
+	Remove(ctx context.Context, a agents.Agent) error
 }
 
 // Errors the host's callers branch on.

@@ -94,7 +94,11 @@ func (s *Host) DeleteAgent(ctx context.Context, name string) (agents.Agent, erro
 		}
 	}
 	s.dues.forget(a.ID)
-	if err := os.RemoveAll(filepath.Dir(s.dbPath(a))); err != nil {
+	if s.cfg.Storage != nil {
+		if err := s.cfg.Storage.Remove(ctx, a); err != nil {
+			s.cfg.Log.Error("remove a deleted agent's storage", "agent", name, "err", err)
+		}
+	} else if err := os.RemoveAll(filepath.Dir(s.dbPath(a))); err != nil {
 		// The next open removes what the registry no longer names.
 		s.cfg.Log.Error("remove a deleted agent's storage", "agent", name, "err", err)
 	}

@@ -138,13 +138,21 @@ func (s *Host) removeUnregistered(list []agents.Agent) {
 	}
 }
 
-// openAgent opens agent a's store and harness (not yet resumed).
-func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) {
+// openDB opens agent a's database: in cfg.Storage if set, else its SQLite file.
+func (s *Host) openDB(ctx context.Context, a agents.Agent) (durable.DB, error) {
+	if s.cfg.Storage != nil {
+		return s.cfg.Storage.Open(ctx, a)
+	}
 	path := s.dbPath(a)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("make the storage of agent %s: %w", a.Name, err)
 	}
-	db, err := sqlite.Open(ctx, path)
+	return sqlite.Open(ctx, path)
+}
+
+// openAgent opens agent a's store and harness (not yet resumed).
+func (s *Host) openAgent(ctx context.Context, a agents.Agent) (*Runtime, error) {
+	db, err := s.openDB(ctx, a)
 	if err != nil {
 		return nil, err
 	}

@@ -73,7 +73,8 @@ var _ Host = (*host.Host)(nil)
 type Config struct {
 	// Identity is whom the sandbox belongs to (required); POST /claim sets it.
 	Identity     *identity.Store
-	SessionDB    string // the SQLite file; its directory also holds the status cache and the corpus
+	SessionDB    string       // the SQLite file; its directory also holds the status cache and the corpus
+	Storage      host.Storage // if set, the agents' databases (the user's Postgres) instead of SQLite files
 	Workspace    string
 	Model        durable.Model
 	DefaultModel string
@@ -144,7 +145,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}, Repair: cfg.Repair},
 		corpus: &corpus.Corpus{Dir: corpusDir}, host: cfg.Host}
 	if s.host == nil {
-		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Model: cfg.Model,
+		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Storage: cfg.Storage, Model: cfg.Model,
 			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
 			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval, OnAnswer: cfg.OnAnswer,
 			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools})

@@ -17,8 +17,14 @@ func TestDeps(t *testing.T) {
 			"github.com/caddyserver":                        "the agent is no web server of the edge; it serves its API with net/http",
 			"github.com/moby":                               "a sandbox must not drive the container engine",
 			"github.com/docker":                             "a sandbox must not drive the container engine",
-			"github.com/jackc/pgx":                          "the registry's database is the manager's; the agent keeps its state in SQLite",
+			"github.com/jackc/pgx":                          "the registry's database is the manager's; the agent reaches only its user's own, through agent/durable/postgres and agent/storage",
 			"github.com/affido/affido/internal/gatewaytest": "a test double",
 		},
+		// Postgres storage (AFFIDO_AGENT_STORAGE=postgres): the facade, and
+		// the tunnel through the gateway to the user's own database.
+		Via: map[string][]string{"github.com/jackc/pgx": {
+			"github.com/affido/affido/agent/durable/postgres",
+			"github.com/affido/affido/agent/storage",
+		}},
 	}.Check(t)
 }

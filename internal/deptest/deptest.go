@@ -13,6 +13,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -31,6 +32,9 @@ type DepChecker struct {
 	// BadDeps maps a forbidden package to why it is forbidden. A path
 	// forbids the package and every package below it.
 	BadDeps map[string]string
+	// Via names, for a BadDeps key, the only packages that may import it
+	// directly: the forbidden package is linked, but through them alone.
+	Via map[string][]string
 }
 
 // listed is what `go list -json` says of one package.
@@ -90,23 +94,33 @@ func (c DepChecker) Check(t *testing.T) {
 }
 
 // violations walks the imports of root breadth first and returns, for
-// each forbidden package it reaches, the shortest chain that reaches it.
+// each import of a forbidden package it reaches (unless by a package Via
+// allows), the shortest chain that reaches it.
 func (c DepChecker) violations(pkgs map[string]listed, root string) [][]string {
+	if c.rule(plain(root)) != "" {
+		return [][]string{{plain(root)}}
+	}
 	from := map[string]string{root: ""}
+	chain := func(p string) []string {
+		var out []string
+		for q := p; q != ""; q = from[q] {
+			out = append([]string{plain(q)}, out...)
+		}
+		return out
+	}
 	queue := []string{root}
 	var found [][]string
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		if c.rule(plain(p)) != "" {
-			var chain []string
-			for q := p; q != ""; q = from[q] {
-				chain = append([]string{plain(q)}, chain...)
-			}
-			found = append(found, chain)
-			continue // what it imports in turn is its own matter
-		}
 		for _, imp := range pkgs[p].Imports {
+			if bad := c.rule(plain(imp)); bad != "" {
+				// What it imports in turn is its own matter.
+				if !slices.Contains(c.Via[bad], plain(p)) {
+					found = append(found, append(chain(p), plain(imp)))
+				}
+				continue
+			}
 			if _, seen := from[imp]; !seen {
 				from[imp] = p
 				queue = append(queue, imp)

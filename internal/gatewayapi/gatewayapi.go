@@ -28,7 +28,25 @@ const (
 	SearchPath      = "/search"           // POST SearchRequest: SearchResults
 	ConnectorsPath  = "/connectors"       // GET ?agent=NAME: ConnectorTools
 	ConnectorCall   = "/connectors/call"  // POST ConnectorCallRequest: ConnectorResult
+	// With AFFIDO_AGENT_STORAGE=postgres: the agents' own database.
+	StoragePath        = "/storage"         // GET: StorageCredential (made on the first ask)
+	StorageConnectPath = "/storage/connect" // GET with Upgrade: StorageUpgrade: 101, then the Postgres protocol
 )
+
+// StorageUpgrade is the Upgrade token of StorageConnectPath: after the 101
+// the connection carries the Postgres wire protocol to the user's own
+// database, and nothing else.
+const StorageUpgrade = "affido-postgres"
+
+// StorageCredential is the answer of GET StoragePath: the Postgres role and
+// database of the sandbox's user, which only that role can reach, and its
+// password. The agent keeps it in memory (never on a volume) and connects
+// through StorageConnectPath: the sandbox has no other route to Postgres.
+type StorageCredential struct {
+	Role     string `json:"role"`
+	Database string `json:"database"`
+	Password string `json:"password"`
+}
 
 // Whoami is the answer of GET WhoamiPath: the user the sandbox's token
 // belongs to.

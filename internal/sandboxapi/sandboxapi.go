@@ -38,6 +38,7 @@ const (
 	EnvBodyTimeout    = "AFFIDO_BODY_TIMEOUT"       // how long a request body may take (a Go duration)
 	EnvPrivsep        = "AFFIDO_PRIVSEP"            // "required" in the image: refuse to run the tools as the agent
 	EnvApprovalTTL    = "AFFIDO_APPROVAL_TTL"       // how long an approval waits for the owner before it expires (a Go duration)
+	EnvAgentStorage   = "AFFIDO_AGENT_STORAGE"      // "sqlite" (the default: files on the data volume) or "postgres" (the user's database, through the gateway)
 	// Compaction: past EnvCompactTokens of estimated context (4 bytes a
 	// token) a conversation is summarized in the background; past
 	// EnvCompactHardCap no model request is sent until it is. 0 turns either off.

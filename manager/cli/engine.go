@@ -25,7 +25,7 @@ func engine(ctx context.Context, log *slog.Logger, cfg config.Config) (lifecycle
 	env := []string{"AFFIDO_MODEL=" + cfg.DefaultModel, fmt.Sprintf("AFFIDO_WORKSPACE_QUOTA_MB=%d", cfg.WorkspaceQuotaMB),
 		"AFFIDO_BODY_TIMEOUT=" + cfg.BodyTimeout.String(),
 		fmt.Sprintf("%s=%d", sandboxapi.EnvCompactTokens, cfg.CompactTokens), fmt.Sprintf("%s=%d", sandboxapi.EnvCompactHardCap, cfg.CompactHardCap),
-		sandboxapi.EnvApprovalTTL + "=" + cfg.ApprovalTTL.String()}
+		sandboxapi.EnvApprovalTTL + "=" + cfg.ApprovalTTL.String(), sandboxapi.EnvAgentStorage + "=" + cfg.AgentStorage}
 	if cfg.Runtime == "kubernetes" {
 		eng, err := kubeEngine(ctx, log, cfg, env)
 		// A cluster pulls the image by its reference: that is its identity here.

@@ -22,6 +22,7 @@ import (
 	"github.com/affido/affido/internal/httpserve"
 	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/agentclient"
+	"github.com/affido/affido/manager/agentdb"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/gateway"
@@ -136,6 +137,14 @@ func serve(ctx context.Context) error {
 		log.Info("applied migrations", "count", n)
 	}
 
+	var agentStorage *agentdb.Store
+	if cfg.AgentStorage == "postgres" {
+		if agentStorage, err = agentdb.Open(ctx, cfg.PostgresDSN); err != nil {
+			return err
+		}
+		defer agentStorage.Close()
+	}
+
 	eng, imageID, closeEngine, err := engine(startCtx, log, cfg)
 	if err != nil {
 		return err
@@ -218,6 +227,9 @@ func serve(ctx context.Context) error {
 		Log: log,
 	}
 	conns.Notify = pub.ConnectorNotice
+	if agentStorage != nil {
+		pub.AgentStorage = agentStorage
+	}
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)

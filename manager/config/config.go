@@ -67,6 +67,7 @@ type Config struct {
 	CompactTokens    int64                  // AFFIDO_COMPACT_TOKENS: context size (est. tokens) past which agents summarize (0: never)
 	CompactHardCap   int64                  // AFFIDO_COMPACT_HARD_CAP: context size past which no model request is sent (0: no cap)
 	ApprovalTTL      time.Duration          // AFFIDO_APPROVAL_TTL: how long an approval waits for the owner before it expires
+	AgentStorage     string                 // AFFIDO_AGENT_STORAGE: sqlite (files on each user's volume) or postgres (a database per user)
 	Runtime          string                 // AFFIDO_RUNTIME: docker (one host) or kubernetes
 	Kube             Kube                   // the kubernetes runtime's settings
 }
@@ -262,6 +263,10 @@ func Load() (Config, error) {
 	c.SpendLimits = spend.Limits{Daily: usd("AFFIDO_SPEND_DAILY_USD", "5"), Monthly: usd("AFFIDO_SPEND_MONTHLY_USD", "50")}
 	if c.SandboxProxy != "" && len(c.ControlKey) < sandboxapi.MinControlKeyLen {
 		errs = append(errs, fmt.Errorf("%s: the key of Caddy's control listener, at least %d characters (./dev.sh up makes one), got %d", sandboxapi.EnvControlKey, sandboxapi.MinControlKeyLen, len(c.ControlKey)))
+	}
+	c.AgentStorage = str(sandboxapi.EnvAgentStorage, "sqlite")
+	if c.AgentStorage != "sqlite" && c.AgentStorage != "postgres" {
+		errs = append(errs, fmt.Errorf("%s: want sqlite or postgres, got %q", sandboxapi.EnvAgentStorage, c.AgentStorage))
 	}
 	c.Runtime = str("AFFIDO_RUNTIME", "docker")
 	switch c.Runtime {

@@ -8,6 +8,7 @@ import (
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/agentdb"
 	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/outbound"
 	"github.com/affido/affido/manager/registry"
@@ -74,6 +75,10 @@ func problemOf(err error) *problem.Error {
 		return problem.New(http.StatusBadGateway, gatewayapi.ProblemConnectorTooLarge, err.Error())
 	case errors.Is(err, connectors.ErrServer):
 		return problem.New(http.StatusBadGateway, gatewayapi.ProblemConnectorFailed, err.Error())
+	case errors.Is(err, agentdb.ErrNotUpgrade):
+		return problem.New(http.StatusBadRequest, "not-upgrade", err.Error())
+	case errors.Is(err, agentdb.ErrTooManyTunnels):
+		return problem.New(http.StatusTooManyRequests, "too-many-connections", err.Error()).Retry(1)
 	case errors.Is(err, outbound.ErrBadURL):
 		return problem.New(http.StatusBadRequest, "bad-url", "the notification URL must be an http or https URL")
 	case errors.Is(err, outbound.ErrRefused):

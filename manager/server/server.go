@@ -156,6 +156,13 @@ type GatewayDeps struct {
 	// the owner's /api/connectors with Accounts. Wire its Notify to
 	// ConnectorNotice.
 	Connectors *connectors.Service
+	// AgentStorage, with AFFIDO_AGENT_STORAGE=postgres, hands a sandbox its
+	// user's storage credential and relays its connections to that
+	// database alone (manager/agentdb); nil: agents keep SQLite files.
+	AgentStorage interface {
+		Credential(ctx context.Context, user string) (gatewayapi.StorageCredential, error)
+		Connect(w http.ResponseWriter, r *http.Request, user string) error
+	}
 }
 
 // OwnerDeps serve the owner's routes: sign-in and sign-up, sessions and
@@ -193,6 +200,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.WhoamiPath, s.serve(s.whoami))
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.NotifyPath, s.serve(s.notify))
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.WakeAtPath, s.serve(s.wakeAt))
+	if s.AgentStorage != nil {
+		mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.StoragePath, s.serve(s.storageCredential))
+		mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.StorageConnectPath, s.serve(s.storageConnect))
+	}
 	if s.FetchClient != nil {
 		search := s.Search
 		if search == nil {
@@ -504,6 +515,31 @@ func (s *Server) whoami(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSONStatus(w, http.StatusOK, gatewayapi.Whoami{User: sb.UserID})
 	return nil
+}
+
+// storageCredential answers a sandbox's ask for its user's storage
+// credential, making the role and database the first time.
+func (s *Server) storageCredential(w http.ResponseWriter, r *http.Request) error {
+	user, status, why := s.caller(r)
+	if status != 0 {
+		return problem.New(status, "gateway-auth", why)
+	}
+	c, err := s.AgentStorage.Credential(r.Context(), user)
+	if err != nil {
+		return problem.New(http.StatusServiceUnavailable, "unavailable", "the agents' database is unavailable").Retry(2).Because(err)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSONStatus(w, http.StatusOK, c)
+	return nil
+}
+
+// storageConnect relays a sandbox's connection to its user's database.
+func (s *Server) storageConnect(w http.ResponseWriter, r *http.Request) error {
+	user, status, why := s.caller(r)
+	if status != 0 {
+		return problem.New(status, "gateway-auth", why)
+	}
+	return s.AgentStorage.Connect(w, r, user)
 }
 
 // wakeAt takes an agent's report of its next due time.

@@ -1,7 +1,11 @@
 package postgres
 
+import "context"
+
 // MigrateTo migrates to a given version (a database behind this build).
-var MigrateTo = migrateTo
+func MigrateTo(ctx context.Context, dsn, schema string, target int) error {
+	return migrateTo(ctx, dsn, schema, target, nil)
+}
 
 // Freeze stops the idle renewal, as a frozen process would: the lease then
 // runs out unless a transaction renews it.

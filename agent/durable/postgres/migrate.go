@@ -33,11 +33,25 @@ func migrations() []string {
 // writes, creating the schema if needed; the deploy runs it, the agent
 // never does. It refuses a schema newer than this build.
 func Migrate(ctx context.Context, dsn, schema string) error {
-	return migrateTo(ctx, dsn, schema, len(migrations()))
+	return MigrateWith(ctx, dsn, schema, nil)
 }
 
-func migrateTo(ctx context.Context, dsn, schema string, target int) error {
-	conn, err := pgx.Connect(ctx, dsn)
+// MigrateWith is Migrate with config adjusting the connection's
+// configuration, as Options.Config does Open's (the agent in a sandbox
+// dials through the gateway).
+func MigrateWith(ctx context.Context, dsn, schema string, config func(*pgx.ConnConfig)) error {
+	return migrateTo(ctx, dsn, schema, len(migrations()), config)
+}
+
+func migrateTo(ctx context.Context, dsn, schema string, target int, config func(*pgx.ConnConfig)) error {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	if config != nil {
+		config(cfg)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", schema, err)
 	}
