@@ -18,6 +18,10 @@ stack_env() {
     2) export AFFIDO_STACK=${AFFIDO_E2E_STACK:-affidotest}2 AFFIDO_PORT=$(( ${AFFIDO_E2E_PORT:-18091} + 1 )) \
          AFFIDO_CONTROL_SUBNET=10.212.2.0/24 AFFIDO_CADDY_IP=10.212.2.10 AFFIDO_SANDBOX_POOL=10.217.0.0/16 \
          AFFIDO_E2E_SINK_IP=10.212.2.50 AFFIDO_COMPOSE_ENV=.build/e2e/compose2.env ;;
+    # The third keeps agents' storage on Postgres (its suites: STORAGE).
+    3) export AFFIDO_STACK=${AFFIDO_E2E_STACK:-affidotest}3 AFFIDO_PORT=$(( ${AFFIDO_E2E_PORT:-18091} + 3 )) \
+         AFFIDO_CONTROL_SUBNET=10.212.4.0/24 AFFIDO_CADDY_IP=10.212.4.10 AFFIDO_SANDBOX_POOL=10.218.0.0/16 \
+         AFFIDO_E2E_SINK_IP=10.212.4.50 AFFIDO_COMPOSE_ENV=.build/e2e/compose3.env AFFIDO_AGENT_STORAGE=postgres ;;
   esac
   # The notification sink the reminder suites deliver to, at a fixed address
   # on the control network: the one address the outbound guard is told to allow.
@@ -44,7 +48,7 @@ export AFFIDO_FAKE_MODELS=fake/echo,fake/alt,fake/unpriced
 LOG=.build/e2e
 usage() {
   cat <<USAGE
-Usage: e2e-test/run.sh [--keep] [GO_TEST_RUN_REGEXP]
+Usage: e2e-test/run.sh [--keep] [GO_TEST_RUN_REGEXP | storage]
 
 Starts the $AFFIDO_STACK stack on port $AFFIDO_PORT, runs the e2e suites, and
 removes the stack (containers, networks, volumes; images are kept).
@@ -53,6 +57,8 @@ AFFIDO_E2E_TIMEOUT (45m) bounds the go test run; the soak (./verify.sh --soak)
 sets it from its length. Without a regexp the suite runs on two stacks, the
 second beside the first ($AFFIDO_STACK and ${AFFIDO_STACK}2);
 AFFIDO_E2E_STACKS=1 runs it all on one (slower, lighter on the machine).
+Then the agent-storage suites run on a third stack keeping agents' storage
+on Postgres (${AFFIDO_STACK}3); "storage" as the argument runs only those.
 USAGE
 }
 
@@ -79,6 +85,9 @@ ALONE='^(TestWeb.*|TestDockerErrorIs503|TestBurstOfNewUsers)$'
 # runs on the second one (its serial tests, then its parallel ones): about
 # half of the suite's time each way. Tests not named here go to the second
 # stack by themselves.
+# The tests that run again on a stack keeping agents' storage on Postgres
+# (stack 3), after the others: its own suites and the kill tests.
+STORAGE='^(TestAgentStorageOnPostgres|TestStorageGatewayWantsTheSandboxToken|TestAgentKilledDuring.*)$'
 MAIN='^(TestRemindersAndJobsSurviveEvictAndReload|TestApprovalExpiresAcrossManagerRestart|TestBackupRemoveRestore|TestDevShLifecycleKeepsData|TestMissedJobRunsOnce|TestCapacityFullIs429)$'
 
 SECOND_PID=
@@ -93,6 +102,7 @@ cleanup() {
   docker logs "$AFFIDO_STACK-manager" >"$LOG/manager.log" 2>&1 || true
   ./dev.sh reset -y --keep-images >/dev/null 2>&1 || echo "e2e: cleanup of $AFFIDO_STACK failed" >&2
   (stack_env 2; reset_second)
+  (stack_env 3; reset_third)
 }
 
 # reset_second removes the second stack (run under stack_env 2), keeping its
@@ -100,6 +110,25 @@ cleanup() {
 reset_second() {
   docker logs "$AFFIDO_STACK-manager" >"$LOG/manager2.log" 2>&1 || true
   ./dev.sh reset -y --keep-images >/dev/null 2>&1 || echo "e2e: cleanup of $AFFIDO_STACK failed" >&2
+}
+
+# reset_third removes the Postgres-storage stack (run under stack_env 3).
+reset_third() {
+  docker logs "$AFFIDO_STACK-manager" >"$LOG/manager3.log" 2>&1 || true
+  ./dev.sh reset -y --keep-images >/dev/null 2>&1 || echo "e2e: cleanup of $AFFIDO_STACK failed" >&2
+}
+
+# storage_suites runs STORAGE on stack 3, once the others are done.
+storage_suites() {
+  local rc=0
+  echo "e2e: $(date +%T) agent storage on Postgres: $STORAGE on ${AFFIDO_STACK}3"
+  if ! (stack_env 3; ./dev.sh up >"$LOG/up3.log" 2>&1); then
+    cat "$LOG/up3.log" >&2
+    return 1
+  fi
+  (stack_env 3; e2e -test.run "$STORAGE") 2>&1 | tee -a "$LOG/go-test.log" || rc=$?
+  (stack_env 3; reset_third)
+  return $rc
 }
 
 build_probe() {
@@ -149,6 +178,7 @@ main() {
   # A previous run that was killed may have left its stacks behind.
   ./dev.sh reset -y --keep-images >/dev/null 2>&1 || true
   (stack_env 2; ./dev.sh reset -y --keep-images >/dev/null 2>&1) || true
+  (stack_env 3; ./dev.sh reset -y --keep-images >/dev/null 2>&1) || true
   trap cleanup EXIT
   ./dev.sh up >"$LOG/up.log" 2>&1 || { cat "$LOG/up.log" >&2; echo "0 passed, 1 failed"; exit 1; }
   build_probe
@@ -159,10 +189,13 @@ main() {
   fi
 
   local rc=0
-  if [[ -n $run_filter || ${AFFIDO_E2E_STACKS:-2} == 1 ]]; then
+  if [[ $run_filter == storage ]]; then
+    storage_suites || rc=$?
+  elif [[ -n $run_filter || ${AFFIDO_E2E_STACKS:-2} == 1 ]]; then
     e2e ${run_filter:+-test.run "$run_filter"} 2>&1 | tee -a "$LOG/go-test.log" || rc=$?
   else
     all_suites || rc=$?
+    storage_suites || rc=$?
   fi
   # The compose path on a fresh clone rebuilds the affido/*:dev images, so
   # it runs alone, after the others (its own stack beside this one).

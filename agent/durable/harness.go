@@ -151,6 +151,7 @@ type Harness struct {
 	mu       sync.Mutex
 	resumed  bool
 	closed   bool
+	shut     chan struct{} // closed once Close has closed the store
 	busy     map[int64]bool               // task IDs with an invocation in flight
 	changed  map[int64]bool               // busy tasks changed from outside their invocation
 	cancels  map[int64]context.CancelFunc // busy tasks: ends the invocation's context (Stop)
@@ -203,7 +204,7 @@ func Open(ctx context.Context, store *Store, opts Options) (*Harness, error) {
 	if opts.Compaction.KeepRecent == 0 {
 		opts.Compaction.KeepRecent = 20
 	}
-	h := &Harness{store: store, opts: opts, tools: map[string]Tool{}, kinds: map[string]TaskKind{},
+	h := &Harness{store: store, opts: opts, tools: map[string]Tool{}, kinds: map[string]TaskKind{}, shut: make(chan struct{}),
 		busy: map[int64]bool{}, changed: map[int64]bool{}, cancels: map[int64]context.CancelFunc{}, kick: make(chan struct{}, 1), notifyCh: make(chan struct{}, 1)}
 	for _, t := range opts.Tools {
 		h.tools[t.Name] = t
@@ -313,10 +314,13 @@ func (h *Harness) poke() {
 
 // Close stops the scheduler, cancels steps in flight without committing
 // them and closes the store. It writes no outcome, so work resumes on reopen.
+// A Close while another runs (the harness stopping itself on a lost
+// storage) returns once the store is closed.
 func (h *Harness) Close() error {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		<-h.shut
 		return nil
 	}
 	h.closed = true
@@ -327,6 +331,7 @@ func (h *Harness) Close() error {
 	h.cancel()
 	h.wg.Wait()
 	h.notify()
+	defer close(h.shut)
 	return h.store.Close()
 }
 

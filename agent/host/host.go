@@ -139,6 +139,7 @@ func (s *Host) Runtime(ctx context.Context, name string) (*Runtime, error) {
 func (s *Host) storage(ctx context.Context, name string) (*Runtime, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dropLostLocked()
 	if s.runtimes() == nil {
 		if err := s.openAll(ctx); err != nil {
 			return nil, err
@@ -149,6 +150,33 @@ func (s *Host) storage(ctx context.Context, name string) (*Runtime, error) {
 		return nil, fmt.Errorf("agent %q: %w", name, agents.ErrNoAgent)
 	}
 	return rt, nil
+}
+
+// dropLostLocked closes every agent's storage if one's was lost (its
+// lease taken, or a commit's outcome unknown: durable.Fatal), so the next
+// call opens them again and recovers from the last commit, as a restarted
+// process would; a newer process holding the lease makes that open fail
+// instead (ErrLocked), never take it back. Caller holds s.mu.
+func (s *Host) dropLostLocked() {
+	rts := s.runtimes()
+	lost := false
+	for _, rt := range rts {
+		select {
+		case <-rt.Harness.Store().Failed():
+			lost = true
+			s.cfg.Log.Warn("an agent's storage was lost: closing and reopening every agent's", "agent", rt.Agent.Name, "err", rt.Harness.Store().Err())
+		default:
+		}
+	}
+	if !lost {
+		return
+	}
+	s.setRuntimes(nil)
+	for _, rt := range rts {
+		if err := rt.Harness.Close(); err != nil {
+			s.cfg.Log.Error("close an agent after its storage was lost", "agent", rt.Agent.Name, "err", err)
+		}
+	}
 }
 
 // closeStorage closes every agent's harness and records the status cache;

@@ -1,0 +1,100 @@
+package host_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/affido/affido/agent/agents"
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/agent/host"
+)
+
+// losable is a Storage whose databases lose their lease on demand (as a
+// Postgres one does when another process takes it), over SQLite files.
+type losable struct {
+	dir   string
+	lost  atomic.Bool
+	opens atomic.Int32
+}
+
+func (l *losable) Open(ctx context.Context, a agents.Agent) (durable.DB, error) {
+	l.opens.Add(1)
+	db, err := sqlite.Open(ctx, filepath.Join(l.dir, a.ID+".db"))
+	if err != nil {
+		return nil, err
+	}
+	return &losableDB{DB: db, lost: &l.lost}, nil
+}
+
+func (l *losable) Remove(context.Context, agents.Agent) error { return nil }
+
+type losableDB struct {
+	durable.DB
+	lost *atomic.Bool
+}
+
+func (d *losableDB) Transaction(ctx context.Context, fn func(durable.Executor) error) error {
+	if d.lost.Load() {
+		return durable.ErrLeaseLost
+	}
+	return d.DB.Transaction(ctx, fn)
+}
+
+func (d *losableDB) Run(ctx context.Context, q string, args ...any) error {
+	if d.lost.Load() {
+		return durable.ErrLeaseLost
+	}
+	return d.DB.Run(ctx, q, args...)
+}
+
+// A storage lost under a running host (its lease taken, a commit's outcome
+// unknown) is closed and opened again on the next call, which recovers
+// what was committed: the host does not answer storage-lost until the
+// process restarts.
+func TestLostStorageIsReopenedOnTheNextCall(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := &losable{dir: dir}
+	h := host.New(host.Config{User: func() string { return "u" }, SessionDB: filepath.Join(dir, "session.db"), Storage: st,
+		DefaultModel: "fake/echo", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { h.Close() })
+	rt, err := h.Runtime(ctx, agents.Main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Harness.Submit(ctx, durable.RootConversation, durable.Input{Text: "kept", RequestID: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	opened := st.opens.Load()
+
+	st.lost.Store(true)
+	if _, err := rt.Harness.Submit(ctx, durable.RootConversation, durable.Input{Text: "lost", RequestID: "r2"}); !durable.Fatal(err) && err == nil {
+		t.Fatalf("a write after the lease was lost: %v, want it refused", err)
+	}
+	select {
+	case <-rt.Harness.Store().Failed():
+	default:
+		t.Fatal("the store did not fail on a lost lease")
+	}
+	st.lost.Store(false)
+
+	again, err := h.Runtime(ctx, agents.Main)
+	if err != nil {
+		t.Fatalf("the call after the loss: %v, want the storage reopened", err)
+	}
+	if again == rt || st.opens.Load() <= opened {
+		t.Fatalf("the lost runtime was handed out again (opens %d, before %d)", st.opens.Load(), opened)
+	}
+	sub, err := again.Harness.Submit(ctx, durable.RootConversation, durable.Input{Text: "kept", RequestID: "r1"})
+	if err != nil {
+		t.Fatalf("submit after reopening: %v", err)
+	}
+	if sub.Input.Text != "kept" {
+		t.Fatalf("the reopened storage lost the committed input: %+v", sub)
+	}
+}

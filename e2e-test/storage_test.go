@@ -1,0 +1,127 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The suites of agent storage on Postgres run on a stack started with
+// AFFIDO_AGENT_STORAGE=postgres (e2e-test/run.sh's third one, with the
+// kill tests of agent_test.go beside them); elsewhere they skip.
+func needPostgresStorage(t *testing.T) {
+	t.Helper()
+	if os.Getenv("AFFIDO_AGENT_STORAGE") != "postgres" {
+		t.Skip("the stack keeps agents' storage in SQLite; e2e-test/run.sh runs this on its Postgres-storage stack")
+	}
+}
+
+// psqlAs runs one query in the stack's Postgres as role, with password,
+// in database db, through the same socket the manager uses; it returns the
+// output and the error (a refusal is a result here).
+func psqlAs(t *testing.T, role, password, db, query string) (string, error) {
+	t.Helper()
+	return dockerTry("exec", "-e", "PGPASSWORD="+password, "-e", "PGPASSFILE=/dev/null", oltpName(),
+		"psql", "-h", "/var/run/postgresql", "-U", role, "-d", db, "-tAc", query)
+}
+
+// A user's conversation lives in the user's own database, not on the
+// volume; an agent killed with SIGKILL comes back to it; and the role that
+// holds it reaches nothing else: not another user's database, not the
+// registry, and not without its password.
+func TestAgentStorageOnPostgres(t *testing.T) {
+	needPostgresStorage(t)
+	t.Parallel()
+	alice, atok := newUser(t, "pgalice")
+	bob, btok := newUser(t, "pgbob")
+	prompt(t, alice, atok, map[string]any{"text": "remember the tulips"})
+	prompt(t, bob, btok, map[string]any{"text": "remember the daffodils"})
+
+	var aRole, aPass, bRole string
+	if f := strings.Split(psql(t, "SELECT role || '|' || password FROM agent_storage WHERE user_id = '"+alice+"'"), "|"); len(f) == 2 {
+		aRole, aPass = f[0], f[1]
+	} else {
+		t.Fatalf("no storage row for %s", alice)
+	}
+	bRole = psql(t, "SELECT role FROM agent_storage WHERE user_id = '"+bob+"'")
+	count := func() string {
+		out, err := psqlAs(t, aRole, aPass, aRole, "SELECT count(*) FROM agent_main.entries WHERE record LIKE '%tulips%'")
+		if err != nil {
+			t.Fatalf("alice's role in her database: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(out)
+	}
+	if n := count(); n == "0" {
+		t.Fatalf("alice's prompt is not in her database (%s entries name the tulips)", n)
+	}
+	if out := mustInAgentAs(t, alice, atok, "agent", "ls", "-a", "/data"); strings.Contains(out, "session.db") {
+		t.Fatalf("the agent wrote a SQLite database on the volume: %s", out)
+	}
+
+	// Killed mid-life, the agent comes back to what it stored.
+	before := inspectOf(t, alice, atok).EntryCount
+	docker(t, "kill", "-s", "KILL", stack+"-"+alice+"-agent")
+	waitUntil(t, 60*time.Second, "alice's agent answers again with her entries", func() bool {
+		r := request(t, "GET", "/u/"+alice+"/inspect?limit=1", bearer(atok))
+		return r.Code == 200 && inspectOf(t, alice, atok).EntryCount == before
+	})
+	prompt(t, alice, atok, map[string]any{"text": "and the tulips again"})
+	if in := inspectOf(t, alice, atok); in.EntryCount <= before {
+		t.Fatalf("after the kill: %d entries, want more than %d", in.EntryCount, before)
+	}
+
+	// The walls: what was tried, and what Postgres answered.
+	for _, try := range []struct {
+		what, password, db, want string
+	}{
+		{"alice's role in bob's database", aPass, bRole, "permission denied for database"},
+		{"alice's role in the registry", aPass, "affido", "permission denied for database"},
+		{"alice's role in postgres", aPass, "postgres", "permission denied for database"},
+		{"alice's role without its password", strings.Repeat("0", 64), aRole, "password authentication failed"},
+	} {
+		out, err := psqlAs(t, aRole, try.password, try.db, "SELECT 1")
+		if err == nil || !strings.Contains(out, try.want) {
+			t.Errorf("%s: %v %q, want refused (%q)", try.what, err, out, try.want)
+		}
+	}
+	if out, err := psqlAs(t, aRole, aPass, aRole, "SELECT rolname FROM pg_roles WHERE rolname = 'affido' AND pg_has_role(current_user, oid, 'MEMBER')"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("alice's role is a member of the stack's superuser: %v %q", err, out)
+	}
+}
+
+// From inside a sandbox, without the agent's token (the tools' uid cannot
+// read it), the gateway hands out no storage credential and opens no
+// tunnel; and the sandbox has no route to Postgres of its own.
+func TestStorageGatewayWantsTheSandboxToken(t *testing.T) {
+	needPostgresStorage(t)
+	t.Parallel()
+	user, tok := newUser(t, "pgwall")
+	prompt(t, user, tok, map[string]any{"text": "hello"})
+	if out, err := inAgent(t, user, tok, "cat", "/data/identity.json"); err == nil {
+		t.Fatalf("the tools' uid read the agent's identity: %s", out)
+	}
+	name := stack + "-" + user + "-agent"
+	for _, path := range []string{"/v1/gateway/storage", "/v1/gateway/storage/connect"} {
+		out := strings.TrimSpace(docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test",
+			"-get", "http://gateway:8088"+path))
+		if !strings.HasPrefix(out, "401") {
+			t.Errorf("GET %s without the token from the sandbox: %q, want 401", path, out)
+		}
+	}
+	// Another sandbox's token from this one's address is refused too.
+	other, otok := newUser(t, "pgwall2")
+	prompt(t, other, otok, map[string]any{"text": "hello"})
+	otherToken, _ := sandboxGateway(t, other)
+	out := strings.TrimSpace(docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test",
+		"-get", "http://gateway:8088/v1/gateway/storage", otherToken))
+	if strings.HasPrefix(out, "200") || strings.Contains(out, "password") {
+		t.Errorf("another sandbox's token from this sandbox got its credential: %q", out)
+	}
+	if out := strings.TrimSpace(docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test",
+		oltpName()+":5432", "postgres:5432")); strings.Contains(out, " open") {
+		t.Errorf("a sandbox reaches Postgres directly: %s", out)
+	}
+}
