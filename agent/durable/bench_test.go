@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/postgres"
+	"github.com/affido/affido/agent/durable/postgres/pgtest"
 	"github.com/affido/affido/agent/durable/sqlite"
 )
 
@@ -36,9 +39,23 @@ func reportLatency(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(pct(0.99), "p99-ms")
 }
 
-func benchStore(b *testing.B, sync string) *durable.Store {
+// benchBackends are the stores the commit benchmarks run on, side by side
+// in one run: SQLite at both synchronous settings and, when the tests are
+// given one (AFFIDO_TEST_POSTGRES_DSN), Postgres (a schema of the test
+// database migrated by the real migration files; every commit also renews
+// the lease, as in the stack).
+var benchBackends = []string{"synchronous=NORMAL", "synchronous=FULL", "postgres"}
+
+func benchStore(b *testing.B, backend string) *durable.Store {
 	b.Helper()
-	db, err := sqlite.OpenWith(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Synchronous: sync})
+	var db durable.DB
+	var err error
+	if backend == "postgres" {
+		pgtest.DSN(b)
+		db, err = pgtest.Opener(os.Getenv(pgtest.EnvDSN), postgres.Options{}, nil)(filepath.Join(b.TempDir(), "bench.db"))
+	} else {
+		db, err = sqlite.OpenWith(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{Synchronous: strings.TrimPrefix(backend, "synchronous=")})
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,9 +70,9 @@ func benchStore(b *testing.B, sync string) *durable.Store {
 // One step's commit: the task's checkpoint and the entry it wrote,
 // atomically; p50 and p99 are of the commit alone.
 func BenchmarkStepCommit(b *testing.B) {
-	for _, sync := range []string{"NORMAL", "FULL"} {
-		b.Run("synchronous="+sync, func(b *testing.B) {
-			s := benchStore(b, sync)
+	for _, backend := range benchBackends {
+		b.Run(backend, func(b *testing.B) {
+			s := benchStore(b, backend)
 			task := durable.Task{ConversationID: 1, Kind: "bench", State: durable.Running, Checkpoint: json.RawMessage(`{"phase":"tool"}`)}
 			var err error
 			if task.ID, err = s.MintID(); err != nil {
@@ -93,9 +110,9 @@ func BenchmarkOneToolTurn(b *testing.B) {
 		}
 		return durable.ModelResponse{ToolCalls: []durable.ToolCall{{ID: "c1", Name: "add", Arguments: json.RawMessage(`{"a":1,"b":2}`)}}}, nil
 	})
-	for _, sync := range []string{"NORMAL", "FULL"} {
-		b.Run("synchronous="+sync, func(b *testing.B) {
-			s := benchStore(b, sync)
+	for _, backend := range benchBackends {
+		b.Run(backend, func(b *testing.B) {
+			s := benchStore(b, backend)
 			h, err := durable.Open(context.Background(), s, durable.Options{Model: model, DefaultModel: "bench", Tools: []durable.Tool{tool}})
 			if err != nil {
 				b.Fatal(err)
@@ -255,7 +272,7 @@ func BenchmarkLongConversationTurn(b *testing.B) {
 		{"2000-entries/compaction=on", 2000, durable.CompactionPolicy{Threshold: 60000, HardCap: 85000}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := benchStore(b, "NORMAL")
+			s := benchStore(b, "synchronous=NORMAL")
 			fillConversation(b, s, c.entries)
 			h, err := durable.Open(context.Background(), s, durable.Options{Model: model, DefaultModel: "bench", Tools: []durable.Tool{tool}, Compaction: c.policy})
 			if err != nil {
