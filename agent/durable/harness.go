@@ -151,7 +151,7 @@ type Harness struct {
 	mu       sync.Mutex
 	resumed  bool
 	closed   bool
-	shut     chan struct{} // closed once Close has closed the store
+	shut     chan struct{}                // closed once Close has closed the store
 	busy     map[int64]bool               // task IDs with an invocation in flight
 	changed  map[int64]bool               // busy tasks changed from outside their invocation
 	cancels  map[int64]context.CancelFunc // busy tasks: ends the invocation's context (Stop)

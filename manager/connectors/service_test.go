@@ -185,8 +185,11 @@ func TestHangingAndHugeAnswersEndInAnErrorWithinTheLimits(t *testing.T) {
 	e.set(t, c.ID, "huge", connectors.Allow)
 	// The server takes its time making 10 MB (18 s under -race on a busy
 	// 2-core machine): a timeout far longer than that, so ErrTooLarge (not
-	// ErrTimeout) shows the answer is cut for its size, not its time.
+	// ErrTimeout) shows the answer is cut for its size, not its time; the
+	// HTTP client's own bound too (30 s: a fresh machine building beside
+	// the tests took longer than that).
 	e.svc.Timeout = 2 * time.Minute
+	e.svc.Client = outbound.NewClient(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Timeout: 2 * time.Minute})
 	start := time.Now()
 	_, err := e.svc.Call(t.Context(), "alice", "main", "mcp__test__huge", nil, connectors.Allow)
 	if !errors.Is(err, connectors.ErrTooLarge) {
