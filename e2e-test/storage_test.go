@@ -100,6 +100,7 @@ func TestStorageGatewayWantsTheSandboxToken(t *testing.T) {
 	t.Parallel()
 	user, tok := newUser(t, "pgwall")
 	prompt(t, user, tok, map[string]any{"text": "hello"})
+	keepAwake(t, user, tok) // the probes join its network namespace
 	if out, err := inAgent(t, user, tok, "cat", "/data/identity.json"); err == nil {
 		t.Fatalf("the tools' uid read the agent's identity: %s", out)
 	}
@@ -114,6 +115,7 @@ func TestStorageGatewayWantsTheSandboxToken(t *testing.T) {
 	// Another sandbox's token from this one's address is refused too.
 	other, otok := newUser(t, "pgwall2")
 	prompt(t, other, otok, map[string]any{"text": "hello"})
+	keepAwake(t, other, otok)
 	otherToken, _ := sandboxGateway(t, other)
 	out := strings.TrimSpace(docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test",
 		"-get", "http://gateway:8088/v1/gateway/storage", otherToken))

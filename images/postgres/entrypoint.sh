@@ -28,4 +28,10 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   kill "$pid"; wait "$pid" || true
   rm -rf "$setup"
 fi
-exec postgres -D "$PGDATA" -c listen_addresses='' -c unix_socket_directories=/var/run/postgresql
+# With agent storage on Postgres (AFFIDO_AGENT_STORAGE=postgres) every open
+# agent holds a connection: room for them, 40 slots only superusers (the
+# manager's registry pool) may take, so agents can never crowd the registry
+# out, and 10 s to authenticate, so a connection that stalls there holds
+# its slot briefly.
+exec postgres -D "$PGDATA" -c listen_addresses='' -c unix_socket_directories=/var/run/postgresql \
+  -c max_connections=500 -c superuser_reserved_connections=40 -c authentication_timeout=10s

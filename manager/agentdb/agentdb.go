@@ -42,11 +42,13 @@ type Store struct {
 	tunnels map[string]int  // open tunnels per user
 }
 
-// MaxTunnels bounds one user's open tunnels (its role's CONNECTION LIMIT
-// is MaxConnections).
+// MaxConnections is a user's role's CONNECTION LIMIT, and MaxTunnels (the
+// same) bounds its open tunnels: each open agent holds one connection
+// (agent/durable/postgres), a user has up to 32 agents, and opening one
+// migrates its schema on one more.
 const (
-	MaxTunnels     = 16
-	MaxConnections = 8
+	MaxConnections = 40
+	MaxTunnels     = MaxConnections
 )
 
 // Open connects to the cluster that holds the agents' databases, as a role
@@ -56,7 +58,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent storage: %w", err)
 	}
-	cfg.MaxConns = 4
+	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("agent storage: %w", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -77,6 +79,32 @@ func TestCredentialIsARoleThatReachesItsOwnDatabaseOnly(t *testing.T) {
 	}
 	if super || createDB || createRole || limit != agentdb.MaxConnections {
 		t.Fatalf("role %s: super %v createdb %v createrole %v connlimit %d; want none of them and %d", a.Role, super, createDB, createRole, limit, agentdb.MaxConnections)
+	}
+	var verifier string
+	if err := su.QueryRow(ctx, `SELECT rolpassword FROM pg_authid WHERE rolname = $1`, a.Role).Scan(&verifier); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$4096:") || strings.Contains(verifier, a.Password) {
+		t.Fatalf("role %s's stored password %q: want a SCRAM verifier, not the password", a.Role, verifier)
+	}
+	// A role that changed its own password and limits (its owner may) gets
+	// the manager's back from the next process that hands it out.
+	if _, err := su.Exec(ctx, `ALTER ROLE `+pgx.Identifier{a.Role}.Sanitize()+` PASSWORD 'mine' CONNECTION LIMIT -1`); err != nil {
+		t.Fatal(err)
+	}
+	next, err := agentdb.Open(ctx, registrytest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if _, err := next.Credential(ctx, alice); err != nil {
+		t.Fatal(err)
+	}
+	if err := su.QueryRow(ctx, `SELECT rolpassword, rolconnlimit FROM pg_authid WHERE rolname = $1`, a.Role).Scan(&verifier, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$4096:") || limit != agentdb.MaxConnections {
+		t.Fatalf("after the next process's ask: password %q, connection limit %d; want the manager's back", verifier, limit)
 	}
 	var registryDB string
 	if err := su.QueryRow(ctx, `SELECT current_database()`).Scan(&registryDB); err != nil {
@@ -245,5 +273,36 @@ func TestRelayAdmitsTheUsersRoleToItsDatabaseOnly(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("a plain GET: %s, want 400", resp.Status)
+	}
+}
+
+// A client that opens a tunnel and then stalls is cut off after the startup
+// deadline, so it cannot hold a Postgres slot. Here it sends no startup
+// packet; the same deadline runs until the server's first ReadyForQuery,
+// which a client that never finishes authenticating does not get (this
+// test Postgres trusts every login, so that case is not shown here).
+func TestRelayCutsAStalledStartup(t *testing.T) {
+	alice := unique(t, "alice")
+	st, _ := open(t, alice)
+	srv := relay(t, st)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\nX-Test-User: %s\r\n\r\n", gatewayapi.StorageUpgrade, alice)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := io.ReadAll(br); err != nil {
+		t.Fatalf("waiting for the relay to close a stalled tunnel: %v after %s", err, time.Since(start))
+	}
+	// Closed by the relay (EOF), long before the test's own bound.
+	if waited := time.Since(start); waited > time.Minute {
+		t.Fatalf("the stalled tunnel stayed open %s", waited)
 	}
 }

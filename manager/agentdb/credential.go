@@ -2,7 +2,11 @@ package agentdb
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,9 +24,12 @@ const ddlLock int64 = 0x6166_6669_646f_6462 // "affidodb"
 
 // Limits of a user's role: a statement or a transaction left open cannot
 // hold the cluster for long.
+// They are the role's defaults: a session may change the first two for
+// itself (Postgres has no way to forbid it), not temp_file_limit.
 const (
 	statementTimeout = "60s"
 	idleInTxTimeout  = "60s"
+	tempFileLimit    = "1GB"
 )
 
 var (
@@ -98,19 +105,32 @@ func (s *Store) ensure(ctx context.Context, c gatewayapi.StorageCredential) erro
 		return err
 	}
 	if !hasRole {
-		_, err := conn.Exec(ctx, fmt.Sprintf(`CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT
-			NOREPLICATION NOBYPASSRLS CONNECTION LIMIT %d PASSWORD '%s'`, id, MaxConnections, c.Password))
+		_, err := conn.Exec(ctx, `CREATE ROLE `+id+` LOGIN`)
 		if err != nil && !isCode(err, "42710") { // duplicate_object: another manager made it
 			return fmt.Errorf("create its role: %w", err)
 		}
-		for _, q := range []string{
-			fmt.Sprintf(`ALTER ROLE %s SET statement_timeout = '%s'`, id, statementTimeout),
-			fmt.Sprintf(`ALTER ROLE %s SET idle_in_transaction_session_timeout = '%s'`, id, idleInTxTimeout),
-		} {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				return fmt.Errorf("limit its role: %w", err)
-			}
+	}
+	// Set on every first ask in a process, not only at creation: a role that
+	// changed its own password or settings (its owner may) gets ours back.
+	// The password goes as a SCRAM verifier, never as text a log could keep.
+	verifier, err := scramVerifier(c.Password)
+	if err != nil {
+		return err
+	}
+	for _, q := range []string{
+		fmt.Sprintf(`ALTER ROLE %s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS
+			CONNECTION LIMIT %d PASSWORD '%s'`, id, MaxConnections, verifier),
+		fmt.Sprintf(`ALTER ROLE %s SET statement_timeout = '%s'`, id, statementTimeout),
+		fmt.Sprintf(`ALTER ROLE %s SET idle_in_transaction_session_timeout = '%s'`, id, idleInTxTimeout),
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("set its role: %w", err)
 		}
+	}
+	// Only a superuser may set this, and so only one may lift it; a manager
+	// that is no superuser (CREATEROLE CREATEDB) goes without.
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER ROLE %s SET temp_file_limit = '%s'`, id, tempFileLimit)); err != nil && !isCode(err, "42501") {
+		return fmt.Errorf("set its role: %w", err)
 	}
 	if !hasDB {
 		_, err := conn.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s OWNER %s TEMPLATE template0 ENCODING 'UTF8'`, id, id))
@@ -147,6 +167,27 @@ func revokePublic(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	return nil
+}
+
+// scramVerifier is password's SCRAM-SHA-256 verifier as Postgres stores it
+// (RFC 5802, 7677; Postgres's own encoding), so the password itself never
+// appears in a statement.
+func scramVerifier(password string) (string, error) {
+	const iterations = 4096
+	salt := make([]byte, 16)
+	_, _ = rand.Read(salt)
+	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
+	if err != nil {
+		return "", err
+	}
+	hmacOf := func(key []byte, msg string) []byte {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(msg))
+		return m.Sum(nil)
+	}
+	stored := sha256.Sum256(hmacOf(salted, "Client Key"))
+	b64 := base64.StdEncoding.EncodeToString
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, b64(salt), b64(stored[:]), b64(hmacOf(salted, "Server Key"))), nil
 }
 
 func isCode(err error, code string) bool {

@@ -50,14 +50,15 @@ func (s *Store) Connect(w http.ResponseWriter, r *http.Request, user string) err
 	if !strings.EqualFold(r.Header.Get("Upgrade"), gatewayapi.StorageUpgrade) {
 		return ErrNotUpgrade
 	}
-	c, err := s.Credential(r.Context(), user)
-	if err != nil {
-		return err
-	}
+	// The cap first: a sandbox flooding this route costs no query.
 	if !s.open(user) {
 		return ErrTooManyTunnels
 	}
 	defer s.done(user)
+	c, err := s.Credential(r.Context(), user)
+	if err != nil {
+		return err
+	}
 	server, err := s.dial(r.Context())
 	if err != nil {
 		return fmt.Errorf("reach the agents' database: %w", err)
@@ -68,7 +69,12 @@ func (s *Store) Connect(w http.ResponseWriter, r *http.Request, user string) err
 		return fmt.Errorf("storage connection: %w", err)
 	}
 	defer client.Close()
-	_ = client.SetDeadline(time.Now().Add(startupTime))
+	// Until the session is ready (startup, authentication), both sides
+	// have startupTime: a client that never answers the password exchange
+	// holds no Postgres slot for long.
+	deadline := time.Now().Add(startupTime)
+	_ = client.SetDeadline(deadline)
+	_ = server.SetDeadline(deadline)
 	if _, err := buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + gatewayapi.StorageUpgrade + "\r\n\r\n"); err != nil {
 		return nil
 	}
@@ -83,7 +89,6 @@ func (s *Store) Connect(w http.ResponseWriter, r *http.Request, user string) err
 		_, _ = client.Write(fatal(err.Error()))
 		return nil
 	}
-	_ = client.SetDeadline(time.Time{})
 	if _, err := server.Write(startup); err != nil {
 		return nil
 	}
@@ -196,13 +201,48 @@ func fatal(msg string) []byte {
 
 // splice copies client to server (reading through buffered, which may hold
 // bytes already read from client) and server to client until either ends,
-// then closes both.
+// then closes both. The server's messages are read one by one until its
+// first ReadyForQuery, the end of authentication; only then are the
+// startup deadlines lifted.
 func splice(client net.Conn, buffered *bufio.Reader, server net.Conn) {
 	var once sync.Once
 	end := func() { once.Do(func() { client.Close(); server.Close() }) }
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _, _ = io.Copy(server, buffered); end() }()
-	go func() { defer wg.Done(); _, _ = io.Copy(client, server); end() }()
+	go func() {
+		defer wg.Done()
+		defer end()
+		if err := untilReady(client, server); err != nil {
+			return
+		}
+		_ = client.SetDeadline(time.Time{})
+		_ = server.SetDeadline(time.Time{})
+		_, _ = io.Copy(client, server)
+	}()
 	wg.Wait()
+}
+
+// untilReady forwards the server's messages to dst until a ReadyForQuery
+// ('Z'). Startup messages are small; a longer one is an error.
+func untilReady(dst io.Writer, src io.Reader) error {
+	var head [5]byte
+	for {
+		if _, err := io.ReadFull(src, head[:]); err != nil {
+			return err
+		}
+		n := binary.BigEndian.Uint32(head[1:])
+		if n < 4 || n > maxStartup {
+			return fmt.Errorf("a startup message of %d bytes", n)
+		}
+		if _, err := dst.Write(head[:]); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(dst, src, int64(n-4)); err != nil {
+			return err
+		}
+		if head[0] == 'Z' {
+			return nil
+		}
+	}
 }
