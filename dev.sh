@@ -425,8 +425,9 @@ cmd_bench() {
   say "the web client at a phone's size (chromium): first paint, sign-in to usable, bytes of a cold load"
   AFFIDO_WEB_BENCH=1 AFFIDO_E2E_URL="http://127.0.0.1:$AFFIDO_PORT" AFFIDO_STACK="$AFFIDO_STACK" \
     go test -tags e2e -count=1 -v -run '^TestWebBench$' ./e2e-test/ | grep -E '^(web client|  [a-z])' || true
-  say "durable runtime: commit per step, SIGKILL to first resumed step (ns/op is the mean)"
-  go test -run '^$' -bench 'StepCommit|Recover' -benchtime 500x ./agent/durable/ | grep '^Benchmark'
+  say "durable runtime: commit per step and a one-tool turn (SQLite; Postgres beside it when AFFIDO_TEST_POSTGRES_DSN names one), SIGKILL to first resumed step (ns/op is the mean)"
+  [[ -n ${AFFIDO_TEST_POSTGRES_DSN:-} ]] || echo "(no AFFIDO_TEST_POSTGRES_DSN: the Postgres rows skip)"
+  go test -run '^$' -bench 'StepCommit|OneToolTurn|Recover' -benchtime 500x ./agent/durable/ | grep '^Benchmark'
   say "a one-tool turn: fresh, after 2000 entries without compaction, and with it (goal: within 2x of fresh)"
   go test -run '^$' -bench 'LongConversationTurn' -benchtime 200x ./agent/durable/ | grep '^Benchmark'
 }
