@@ -87,7 +87,7 @@ ALONE='^(TestWeb.*|TestDockerErrorIs503|TestBurstOfNewUsers)$'
 # stack by themselves.
 # The tests that run again on a stack keeping agents' storage on Postgres
 # (stack 3), after the others: its own suites and the kill tests.
-STORAGE='^(TestAgentStorageOnPostgres|TestStorageGatewayWantsTheSandboxToken|TestAgentKilledDuring.*)$'
+STORAGE='^(TestAgentStorageOnPostgres|TestStorageGatewayWantsTheSandboxToken|TestTwoAgentProcessesOneLease|TestAgentKilledDuring.*)$'
 MAIN='^(TestRemindersAndJobsSurviveEvictAndReload|TestApprovalExpiresAcrossManagerRestart|TestBackupRemoveRestore|TestDevShLifecycleKeepsData|TestMissedJobRunsOnce|TestCapacityFullIs429)$'
 
 SECOND_PID=
@@ -96,7 +96,7 @@ cleanup() {
   # background job ignores SIGINT, and so would the suite).
   [[ -z $SECOND_PID ]] || kill "$SECOND_PID" 2>/dev/null || true
   if [[ $keep == yes ]]; then
-    echo "e2e: stacks left running (./dev.sh reset -y --keep-images with AFFIDO_STACK=$AFFIDO_STACK, and ${AFFIDO_STACK}2, to remove)" >&2
+    echo "e2e: stacks left running (./dev.sh reset -y --keep-images with AFFIDO_STACK=$AFFIDO_STACK, ${AFFIDO_STACK}2 and ${AFFIDO_STACK}3, to remove)" >&2
     return
   fi
   docker logs "$AFFIDO_STACK-manager" >"$LOG/manager.log" 2>&1 || true
@@ -127,7 +127,7 @@ storage_suites() {
     return 1
   fi
   (stack_env 3; e2e -test.run "$STORAGE") 2>&1 | tee -a "$LOG/go-test.log" || rc=$?
-  (stack_env 3; reset_third)
+  [[ $keep == yes ]] || (stack_env 3; reset_third)
   return $rc
 }
 

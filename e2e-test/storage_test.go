@@ -127,3 +127,59 @@ func TestStorageGatewayWantsTheSandboxToken(t *testing.T) {
 		t.Errorf("a sandbox reaches Postgres directly: %s", out)
 	}
 }
+
+// Two agent processes for one user at once: a second one started in the
+// same sandbox (so it reaches the gateway from the sandbox's address with
+// its token, as an old process that would not die could) is a newer
+// generation and takes the lease; the first, which lost it, answers 503
+// and writes nothing; the second killed with SIGKILL leaves its lease to
+// run out (60 s), and then the first takes over from the last commit and
+// stores the next prompt once.
+func TestTwoAgentProcessesOneLease(t *testing.T) {
+	needPostgresStorage(t)
+	t.Parallel()
+	user, tok := newUser(t, "pglease")
+	prompt(t, user, tok, map[string]any{"text": "first words"})
+	keepAwake(t, user, tok)
+	db := psql(t, "SELECT role FROM agent_storage WHERE user_id = '"+user+"'")
+	inDB := func(q string) string {
+		return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", db, "-tAc", q))
+	}
+	holder := func() string { return inDB("SELECT coalesce(max(holder), '') FROM agent_main.durable_lease") }
+	entries := func() string { return inDB("SELECT count(*) FROM agent_main.entries") }
+	first, before := holder(), entries()
+	if first == "" {
+		t.Fatal("no lease held after a prompt")
+	}
+
+	name := stack + "-" + user + "-agent"
+	docker(t, "exec", "-d", "-u", "root", "-e", "AFFIDO_LISTEN=:8081", name, "/bin/affido-agent", "serve")
+	var second string
+	waitUntil(t, 60*time.Second, "the second process takes the lease", func() bool {
+		second = holder()
+		return second != "" && second != first
+	})
+	r := post(t, user, tok, "/prompt", `{"text":"while another holds it"}`)
+	if r.Code != 503 {
+		t.Fatalf("a prompt to the process that lost the lease: %d %s, want 503", r.Code, r.Body)
+	}
+	if n := entries(); n != before {
+		t.Fatalf("the process that lost the lease wrote: %s entries, before %s", n, before)
+	}
+
+	f := strings.Split(second, "/")
+	if len(f) != 3 {
+		t.Fatalf("holder %q: want host/pid/random", second)
+	}
+	docker(t, "exec", "-u", "10001", name, "sh", "-c", "kill -9 "+f[1]) // the agent's uid, which the process dropped to
+	body := `{"text":"after the takeover","requestId":"takeover-1"}`
+	waitUntil(t, 150*time.Second, "the first process takes over once the lease runs out", func() bool {
+		return post(t, user, tok, "/prompt", body).Code == 200
+	})
+	if n := inDB("SELECT count(*) FROM agent_main.entries WHERE record LIKE '%after the takeover%' AND kind = 'owner_message'"); n != "1" {
+		t.Fatalf("the prompt after the takeover is stored %s times, want once", n)
+	}
+	if h := holder(); h == second || h == "" {
+		t.Fatalf("the lease after the takeover: %q", h)
+	}
+}
