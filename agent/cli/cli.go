@@ -23,7 +23,6 @@ import (
 
 	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/durable"
-	"github.com/affido/affido/agent/host"
 	"github.com/affido/affido/agent/identity"
 	"github.com/affido/affido/agent/jobs"
 	"github.com/affido/affido/agent/modelclient"
@@ -208,19 +207,18 @@ func serve(ctx context.Context) error {
 	gatewayURL := env(sandboxapi.EnvGatewayURL, "http://gateway:8088")
 	model := modelclient.New(gatewayURL+gatewayapi.Prefix, id.Token)
 	redactor := tools.NewRedactor(tools.SecretsFromEnv())
-	var store host.Storage
-	switch kind := env(sandboxapi.EnvAgentStorage, "sqlite"); kind {
-	case "sqlite":
-	case "postgres":
-		store = storage.New(gatewayURL+gatewayapi.Prefix, id.Token)
-	default:
+	// The user's Postgres is always reachable (the manager serves the
+	// storage routes whatever its default): a user moved there keeps it.
+	kind := env(sandboxapi.EnvAgentStorage, sandboxapi.StorageSQLite)
+	if kind != sandboxapi.StorageSQLite && kind != sandboxapi.StoragePostgres {
 		return fmt.Errorf("%s: want sqlite or postgres, got %q", sandboxapi.EnvAgentStorage, kind)
 	}
 	s := server.New(server.Config{
 		Identity:      id,
 		Workspace:     ws,
 		SessionDB:     sessionDB,
-		Storage:       store,
+		Storage:       storage.New(gatewayURL+gatewayapi.Prefix, id.Token),
+		UseStorage:    kind == sandboxapi.StoragePostgres,
 		Caller:        caller,
 		CallerKeyHash: callerKey,
 		Quota:         quota,

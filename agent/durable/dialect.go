@@ -50,6 +50,10 @@ var (
 			WHERE conversation_id = ? AND kind IN ('owner_message', 'assistant_message') AND coalesce(json_extract(record, '$.text'), '') <> ''`,
 		``,
 	}
+	// clearSearch empties the search index before Copy replaces entries
+	// (a contentless FTS5 table's 'delete-all'); the trigger on entries
+	// fills it again from the copied rows.
+	clearSearch = dialectSQL{`INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')`, ``}
 )
 
 // searchQuery is the full-text query for words, the last one a prefix.

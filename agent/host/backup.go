@@ -53,7 +53,8 @@ func (s *Host) Snapshot(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
-// HasData reports whether storage is open or a session database exists.
+// HasData reports whether storage is open, a session database exists, or
+// the agents' databases are on Postgres (storage.json).
 func (s *Host) HasData() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,6 +64,9 @@ func (s *Host) HasData() bool {
 func (s *Host) hasData() bool {
 	if s.runtimes() != nil {
 		return true
+	}
+	if _, err := os.Stat(filepath.Join(s.DataDir(), storageFile)); err == nil {
+		return true // the agents' databases are elsewhere (Postgres)
 	}
 	_, err := os.Stat(s.cfg.SessionDB)
 	return err == nil
@@ -86,7 +90,7 @@ func (s *Host) Restore(ctx context.Context, force bool, put func() error) (time.
 		}
 		s.dues.clear() // the replaced agents' times must not outlive them
 		for _, name := range []string{filepath.Base(s.cfg.SessionDB), filepath.Base(s.cfg.SessionDB) + "-wal",
-			filepath.Base(s.cfg.SessionDB) + "-shm", "agents", "corpus", "skills"} {
+			filepath.Base(s.cfg.SessionDB) + "-shm", "agents", "corpus", "skills", storageFile} {
 			if err := os.RemoveAll(filepath.Join(s.DataDir(), name)); err != nil {
 				return time.Time{}, fmt.Errorf("remove %s before the restore: %w", name, err)
 			}

@@ -29,9 +29,12 @@ type Config struct {
 	// the status cache.
 	User      func() string
 	SessionDB string // main's database; its directory also holds the status cache and the other agents' storage
-	// Storage, if set, holds the agents' databases instead of SQLite files
-	// under SessionDB's directory (agent/storage: the user's Postgres).
+	// Storage, if set, may hold the agents' databases instead of SQLite
+	// files under SessionDB's directory (agent/storage: the user's
+	// Postgres); UseStorage makes it the default for a data directory that
+	// holds none yet. Where they are is StorageKind's to say.
 	Storage      Storage
+	UseStorage   bool
 	Model        durable.Model
 	DefaultModel string
 	Harness      durable.Options // Model and DefaultModel are filled from above

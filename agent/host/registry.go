@@ -94,7 +94,7 @@ func (s *Host) DeleteAgent(ctx context.Context, name string) (agents.Agent, erro
 		}
 	}
 	s.dues.forget(a.ID)
-	if s.cfg.Storage != nil {
+	if kind, _ := s.StorageKind(); kind == KindPostgres && s.cfg.Storage != nil {
 		if err := s.cfg.Storage.Remove(ctx, a); err != nil {
 			s.cfg.Log.Error("remove a deleted agent's storage", "agent", name, "err", err)
 		}

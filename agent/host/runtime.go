@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +16,6 @@ import (
 	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/citations"
 	"github.com/affido/affido/agent/durable"
-	"github.com/affido/affido/agent/durable/sqlite"
 	"github.com/affido/affido/agent/jobs"
 	"github.com/affido/affido/agent/notes"
 	"github.com/affido/affido/agent/policy"
@@ -138,16 +139,22 @@ func (s *Host) removeUnregistered(list []agents.Agent) {
 	}
 }
 
-// openDB opens agent a's database: in cfg.Storage if set, else its SQLite file.
+// openDB opens agent a's database where StorageKind says the agents'
+// databases live, recording Postgres in storage.json before the first open
+// there.
 func (s *Host) openDB(ctx context.Context, a agents.Agent) (durable.DB, error) {
-	if s.cfg.Storage != nil {
-		return s.cfg.Storage.Open(ctx, a)
+	kind, err := s.StorageKind()
+	if err != nil {
+		return nil, err
 	}
-	path := s.dbPath(a)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("make the storage of agent %s: %w", a.Name, err)
+	if kind == KindPostgres {
+		if _, err := os.Stat(filepath.Join(s.DataDir(), storageFile)); errors.Is(err, fs.ErrNotExist) {
+			if err := s.writeStorageKind(kind); err != nil {
+				return nil, fmt.Errorf("record the storage: %w", err)
+			}
+		}
 	}
-	return sqlite.Open(ctx, path)
+	return s.openDBOn(ctx, kind, a)
 }
 
 // openAgent opens agent a's store and harness (not yet resumed).

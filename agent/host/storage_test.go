@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -60,7 +61,7 @@ func TestLostStorageIsReopenedOnTheNextCall(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	st := &losable{dir: dir}
-	h := host.New(host.Config{User: func() string { return "u" }, SessionDB: filepath.Join(dir, "session.db"), Storage: st,
+	h := host.New(host.Config{User: func() string { return "u" }, SessionDB: filepath.Join(dir, "session.db"), Storage: st, UseStorage: true,
 		DefaultModel: "fake/echo", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(func() { h.Close() })
 	rt, err := h.Runtime(ctx, agents.Main)
@@ -96,5 +97,82 @@ func TestLostStorageIsReopenedOnTheNextCall(t *testing.T) {
 	}
 	if sub.Input.Text != "kept" {
 		t.Fatalf("the reopened storage lost the committed input: %+v", sub)
+	}
+}
+
+// Moving a user's agents between storages: every agent's store (main's,
+// and one the owner made) is copied and opens on the other side with what
+// was committed; work done there comes back on the way back; moving to
+// where they are is nothing; an unknown storage is refused.
+func TestMigrateStorageBackAndForth(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	other := &losable{dir: t.TempDir()}
+	h := host.New(host.Config{User: func() string { return "u" }, SessionDB: filepath.Join(dir, "session.db"), Storage: other,
+		DefaultModel: "fake/echo", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { h.Close() })
+	submit := func(agent, text string) {
+		t.Helper()
+		rt, err := h.Runtime(ctx, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Harness.Submit(ctx, durable.RootConversation, durable.Input{Text: text, RequestID: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func(agent, text string) bool {
+		t.Helper()
+		rt, err := h.Runtime(ctx, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := rt.Harness.Store().EntryCount(ctx, durable.RootConversation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := rt.Harness.Submit(ctx, durable.RootConversation, durable.Input{Text: text, RequestID: text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, _ := rt.Harness.Store().EntryCount(ctx, durable.RootConversation)
+		return sub.Input.Text == text && after == n // seen before: admitted nothing new
+	}
+	submit(agents.Main, "kept on sqlite")
+	if _, err := h.CreateAgent(ctx, agents.Spec{Name: "helper"}); err != nil {
+		t.Fatal(err)
+	}
+	submit("helper", "helper's words")
+	if kind, err := h.StorageKind(); err != nil || kind != host.KindSQLite {
+		t.Fatalf("before: %q %v", kind, err)
+	}
+
+	ans, err := h.MigrateStorage(ctx, host.KindPostgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans.From != host.KindSQLite || ans.To != host.KindPostgres || ans.Agents < 2 || ans.Rows == 0 {
+		t.Fatalf("migrate to postgres: %+v", ans)
+	}
+	if kind, _ := h.StorageKind(); kind != host.KindPostgres {
+		t.Fatalf("after: %q", kind)
+	}
+	opened := other.opens.Load()
+	if !has(agents.Main, "kept on sqlite") || !has("helper", "helper's words") || other.opens.Load() <= opened {
+		t.Fatal("after the move the agents' work is not read from the other storage")
+	}
+	submit(agents.Main, "said on postgres")
+
+	if ans, err = h.MigrateStorage(ctx, host.KindSQLite); err != nil || ans.From != host.KindPostgres || ans.Agents < 2 {
+		t.Fatalf("migrate back: %+v %v", ans, err)
+	}
+	if !has(agents.Main, "said on postgres") || !has(agents.Main, "kept on sqlite") || !has("helper", "helper's words") {
+		t.Fatal("the way back lost work")
+	}
+	if ans, err = h.MigrateStorage(ctx, host.KindSQLite); err != nil || ans.Agents != 0 {
+		t.Fatalf("migrate to where it is: %+v %v", ans, err)
+	}
+	if _, err := h.MigrateStorage(ctx, "tape"); !errors.Is(err, host.ErrBadStorage) {
+		t.Fatalf("an unknown storage: %v", err)
 	}
 }

@@ -29,11 +29,12 @@ func (s *Server) onlyControl(r *http.Request, what string) error {
 // notArchived is what of the data directory a backup leaves out: the
 // databases (their snapshots go instead), their lock and journal files,
 // the identity (a restored sandbox keeps the one its manager gave it), the
-// status cache, and snapshots and restores in progress.
+// status cache, where the databases live (an archive's are SQLite), and
+// snapshots and restores in progress.
 func notArchived(rel string, isDir bool) bool {
 	base := path.Base(rel)
 	return strings.HasPrefix(base, "session.db") || strings.HasPrefix(base, ".backup-") ||
-		rel == "identity.json" || rel == "status.json" || rel == backup.StagingDir
+		rel == "identity.json" || rel == "status.json" || rel == "storage.json" || rel == backup.StagingDir
 }
 
 // backup streams the sandbox's archive (GET /backup): every agent's
@@ -87,7 +88,7 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request) error {
 // refused is what an archive may not restore, whoever wrote its manifest.
 func refused(name string) bool {
 	rel, ok := strings.CutPrefix(name, backup.DataRoot+"/")
-	return ok && (rel == "identity.json" || rel == "status.json" || strings.HasSuffix(rel, ".lock") ||
+	return ok && (rel == "identity.json" || rel == "status.json" || rel == "storage.json" || strings.HasSuffix(rel, ".lock") ||
 		strings.HasSuffix(rel, "-wal") || strings.HasSuffix(rel, "-shm") || strings.HasPrefix(path.Base(rel), ".backup-"))
 }
 

@@ -76,6 +76,8 @@ var clientErrors = []struct {
 	{corpus.ErrNotFound, http.StatusNotFound, "unknown-document"},
 	{skills.ErrUnknown, http.StatusNotFound, "unknown-skill"},
 	{identity.ErrInvalid, http.StatusBadRequest, "bad-claim"},
+	{host.ErrBadStorage, http.StatusBadRequest, "bad-storage"},
+	{host.ErrNoStorage, http.StatusConflict, "no-storage"},
 }
 
 // problemOf is the problem err answers with, nil for an internal error.

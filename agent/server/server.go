@@ -64,6 +64,8 @@ type Host interface {
 	// Restore runs put (which moves restored files into place) and opens
 	// storage: host.ErrHasData while there is data, unless force.
 	Restore(ctx context.Context, force bool, put func() error) (time.Time, error)
+	// MigrateStorage moves every agent's database to the storage named to.
+	MigrateStorage(ctx context.Context, to string) (sandboxapi.MigrateStorageAnswer, error)
 	Close() error
 }
 
@@ -74,7 +76,8 @@ type Config struct {
 	// Identity is whom the sandbox belongs to (required); POST /claim sets it.
 	Identity     *identity.Store
 	SessionDB    string       // the SQLite file; its directory also holds the status cache and the corpus
-	Storage      host.Storage // if set, the agents' databases (the user's Postgres) instead of SQLite files
+	Storage      host.Storage // if set, where the agents' databases may live instead of SQLite files (the user's Postgres)
+	UseStorage   bool         // Storage is the default for a sandbox that holds no databases yet
 	Workspace    string
 	Model        durable.Model
 	DefaultModel string
@@ -145,7 +148,7 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, ws: workspace.Workspace{Dir: cfg.Workspace, Quota: cfg.Quota, Also: []string{corpusDir}, Repair: cfg.Repair},
 		corpus: &corpus.Corpus{Dir: corpusDir}, host: cfg.Host}
 	if s.host == nil {
-		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Storage: cfg.Storage, Model: cfg.Model,
+		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Storage: cfg.Storage, UseStorage: cfg.UseStorage, Model: cfg.Model,
 			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
 			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval, OnAnswer: cfg.OnAnswer,
 			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools})
@@ -191,6 +194,7 @@ func (s *Server) Handler() http.Handler {
 	handle("POST "+sandboxapi.WakePath, s.wake)
 	handle("GET "+sandboxapi.BackupPath, s.backup)
 	handle("POST "+sandboxapi.RestorePath, s.restore)
+	handle("POST "+sandboxapi.MigrateStoragePath, s.migrateStorage)
 	handle("PUT /uploads/{path...}", s.upload)
 	handle("GET /uploads/{path...}", s.download("uploads"))
 	handle("GET /artifacts/{path...}", s.download("artifacts"))

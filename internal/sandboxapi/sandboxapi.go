@@ -69,7 +69,26 @@ const (
 	BackupPath  = "/backup"
 	RestorePath = "/restore"
 	Force       = "force"
+	// MigrateStoragePath (POST ?to=sqlite|postgres, with HeaderControl)
+	// moves every agent's database to that storage: MigrateStorageAnswer.
+	MigrateStoragePath = "/storage/migrate"
 )
+
+// Storage kinds (EnvAgentStorage, MigrateStoragePath's to).
+const (
+	StorageSQLite   = "sqlite"
+	StoragePostgres = "postgres"
+)
+
+// MigrateStorageAnswer is the answer of MigrateStoragePath: where the
+// agents' databases were and are now, how many agents and rows were
+// copied (0 when they were there already).
+type MigrateStorageAnswer struct {
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Agents int    `json:"agents"`
+	Rows   int    `json:"rows"`
+}
 
 // HeaderControl marks a request that came through Caddy's control listener,
 // which sets it to "1"; the user route strips it. The agent accepts

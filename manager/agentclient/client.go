@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -202,6 +203,27 @@ func (c *Client) Restore(ctx context.Context, ep netip.AddrPort, archive io.Read
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&a); err != nil {
 		return a, fmt.Errorf("POST %s at %s: decode answer: %w", sandboxapi.RestorePath, ep, err)
+	}
+	return a, nil
+}
+
+// MigrateStorage calls POST /storage/migrate?to=: the agent moves every
+// agent's database to that storage (sqlite or postgres), copied and
+// verified, and answers where they were and are. Its refusals come back
+// as *problem.Error with the agent's words.
+func (c *Client) MigrateStorage(ctx context.Context, ep netip.AddrPort, to string) (sandboxapi.MigrateStorageAnswer, error) {
+	var a sandboxapi.MigrateStorageAnswer
+	call := "POST " + sandboxapi.MigrateStoragePath
+	resp, err := c.doStream(ctx, http.MethodPost, ep, sandboxapi.MigrateStoragePath+"?to="+url.QueryEscape(to), nil)
+	if err != nil {
+		return a, err
+	}
+	defer drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return a, answerError(resp, call, ep)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&a); err != nil {
+		return a, fmt.Errorf("%s at %s: decode answer: %w", call, ep, err)
 	}
 	return a, nil
 }

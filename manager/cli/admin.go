@@ -130,6 +130,7 @@ func adminCmd() *cobra.Command {
 		userCmd("token", "Create USER if needed and print a new API token", "/admin/token",
 			func(cmd *cobra.Command, m map[string]string) { fmt.Fprintln(cmd.OutOrStdout(), m["token"]) }),
 		backupCmd(),
+		migrateStorageCmd(),
 		restoreCmd(),
 		spendCmd(),
 		inviteCmd(),

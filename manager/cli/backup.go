@@ -98,3 +98,23 @@ func restoreCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&force, "force", false, "replace the data USER's sandbox already has")
 	return cmd
 }
+
+// migrateStorageCmd is `affido admin migrate-storage USER --to sqlite|postgres`.
+func migrateStorageCmd() *cobra.Command {
+	var to string
+	cmd := &cobra.Command{
+		Use:   "migrate-storage USER --to sqlite|postgres",
+		Short: "Move USER's agents' databases between SQLite files on their volume and their Postgres database (copied, every table checked)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q := url.Values{"user": {args[0]}, "to": {to}}
+			if err := adminStream(http.MethodPost, "/admin/migrate-storage", q, nil, cmd.OutOrStdout()); err != nil {
+				return fmt.Errorf("migrate the storage of %s: %w", args[0], err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "sqlite or postgres")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}

@@ -137,13 +137,13 @@ func serve(ctx context.Context) error {
 		log.Info("applied migrations", "count", n)
 	}
 
-	var agentStorage *agentdb.Store
-	if cfg.AgentStorage == "postgres" {
-		if agentStorage, err = agentdb.Open(ctx, cfg.PostgresDSN); err != nil {
-			return err
-		}
-		defer agentStorage.Close()
+	// Served whatever the default (AFFIDO_AGENT_STORAGE): a user moved to
+	// Postgres (admin migrate-storage) keeps it.
+	agentStorage, err := agentdb.Open(ctx, cfg.PostgresDSN)
+	if err != nil {
+		return err
 	}
+	defer agentStorage.Close()
 
 	eng, imageID, closeEngine, err := engine(startCtx, log, cfg)
 	if err != nil {
@@ -227,10 +227,8 @@ func serve(ctx context.Context) error {
 		Log: log,
 	}
 	conns.Notify = pub.ConnectorNotice
-	if agentStorage != nil {
-		pub.AgentStorage = agentStorage
-	}
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Log: log}
+	pub.AgentStorage = agentStorage
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Mover: agentClient, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -41,6 +41,9 @@ type Admin struct {
 	// Archiver takes and restores sandboxes' archives (nil: the backup
 	// and restore calls answer 501).
 	Archiver Archiver
+	// Mover moves a user's agents' databases between SQLite and Postgres
+	// (nil: the call answers 501).
+	Mover StorageMover
 	// Log records the failures the API answers with a request id
 	// (default slog.Default).
 	Log *slog.Logger
@@ -102,6 +105,7 @@ func (a *Admin) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /admin/backup", a.withUser(a.withArchiver(a.backup)))
 	mux.HandleFunc("POST /admin/restore", a.withUser(a.withArchiver(a.restore)))
+	mux.HandleFunc("POST /admin/migrate-storage", a.withUser(a.migrateStorage))
 	mux.HandleFunc("POST /admin/reset", a.withUser(func(w http.ResponseWriter, r *http.Request, user string) error {
 		return a.Manager.Reset(r.Context(), user)
 	}))

@@ -156,9 +156,10 @@ type GatewayDeps struct {
 	// the owner's /api/connectors with Accounts. Wire its Notify to
 	// ConnectorNotice.
 	Connectors *connectors.Service
-	// AgentStorage, with AFFIDO_AGENT_STORAGE=postgres, hands a sandbox its
-	// user's storage credential and relays its connections to that
-	// database alone (manager/agentdb); nil: agents keep SQLite files.
+	// AgentStorage hands a sandbox its user's Postgres storage credential
+	// and relays its connections to that database alone (manager/agentdb):
+	// for agents on Postgres (AFFIDO_AGENT_STORAGE=postgres, or moved
+	// there by admin migrate-storage). nil: no storage routes.
 	AgentStorage interface {
 		Credential(ctx context.Context, user string) (gatewayapi.StorageCredential, error)
 		Connect(w http.ResponseWriter, r *http.Request, user string) error

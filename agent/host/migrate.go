@@ -1,0 +1,193 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/affido/affido/agent/agents"
+	"github.com/affido/affido/agent/durable"
+	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/internal/sandboxapi"
+)
+
+// Where the agents' databases live: SQLite files on the data volume, or
+// Config.Storage (the user's Postgres).
+const (
+	KindSQLite   = sandboxapi.StorageSQLite
+	KindPostgres = sandboxapi.StoragePostgres
+)
+
+// storageFile records, in the data directory, where the agents' databases
+// live once they are anywhere but SQLite files: written before the first
+// open on Postgres and by MigrateStorage, so a stack whose default changes
+// never opens a user's agents on an empty storage beside their data.
+const storageFile = "storage.json"
+
+// ErrNoStorage is the answer for agents whose databases live on a storage
+// this process cannot reach (no Config.Storage).
+var ErrNoStorage = errors.New("the agents' databases are on a storage this sandbox cannot reach")
+
+// StorageKind says where the agents' databases live: storage.json if it
+// is there; else SQLite when a session database is on the volume (a user
+// from before a stack moved to Postgres keeps theirs until migrated); else
+// the stack's default (Config.UseStorage). An unreadable storage.json is
+// an error, never a guess.
+func (s *Host) StorageKind() (string, error) {
+	b, err := os.ReadFile(filepath.Join(s.DataDir(), storageFile))
+	switch {
+	case err == nil:
+		var rec struct{ Kind string }
+		if json.Unmarshal(b, &rec) != nil || (rec.Kind != KindSQLite && rec.Kind != KindPostgres) {
+			return "", fmt.Errorf("%s holds no storage kind: %q", storageFile, b)
+		}
+		return rec.Kind, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("read %s: %w", storageFile, err)
+	}
+	if _, err := os.Stat(s.cfg.SessionDB); err == nil {
+		return KindSQLite, nil
+	}
+	if s.cfg.Storage != nil && s.cfg.UseStorage {
+		return KindPostgres, nil
+	}
+	return KindSQLite, nil
+}
+
+// writeStorageKind records kind in storage.json (a temporary file, synced,
+// renamed over it).
+func (s *Host) writeStorageKind(kind string) error {
+	b, _ := json.Marshal(map[string]string{"kind": kind})
+	path := filepath.Join(s.DataDir(), storageFile)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// openDBOn opens agent a's database on kind's storage.
+func (s *Host) openDBOn(ctx context.Context, kind string, a agents.Agent) (durable.DB, error) {
+	if kind == KindPostgres {
+		if s.cfg.Storage == nil {
+			return nil, ErrNoStorage
+		}
+		return s.cfg.Storage.Open(ctx, a)
+	}
+	path := s.dbPath(a)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("make the storage of agent %s: %w", a.Name, err)
+	}
+	return sqlite.Open(ctx, path)
+}
+
+// MigrateStorage moves every agent's database to the storage of kind to:
+// it closes storage, copies each agent's store (main first, whose registry
+// names the others) into the other storage, verified table by table
+// (durable.Copy), and only then records the new place; storage opens
+// there on the next call. The source is left as it was, no longer read.
+// Moving to where they are already is a no-op (Agents 0).
+func (s *Host) MigrateStorage(ctx context.Context, to string) (sandboxapi.MigrateStorageAnswer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ans := sandboxapi.MigrateStorageAnswer{To: to}
+	if to != KindSQLite && to != KindPostgres {
+		return ans, fmt.Errorf("%w: no storage %q", ErrBadStorage, to)
+	}
+	from, err := s.StorageKind()
+	if err != nil {
+		return ans, err
+	}
+	ans.From = from
+	if from == to {
+		return ans, nil
+	}
+	if s.cfg.Storage == nil {
+		return ans, ErrNoStorage
+	}
+	if _, err := s.closeStorage(ctx); err != nil {
+		return ans, err
+	}
+	main := agents.Agent{Name: agents.Main, ID: agents.Main, Kind: agents.KindOwner}
+	var list []agents.Agent
+	rows, err := s.copyAgent(ctx, from, to, main, func(st *durable.Store) (err error) {
+		list, err = s.registry.List(ctx, st)
+		return err
+	})
+	if err != nil {
+		return ans, err
+	}
+	ans.Agents, ans.Rows = 1, rows
+	for _, a := range list {
+		if a.ID == agents.Main {
+			continue
+		}
+		n, err := s.copyAgent(ctx, from, to, a, nil)
+		if err != nil {
+			return ans, err
+		}
+		ans.Agents++
+		ans.Rows += n
+	}
+	if err := s.writeStorageKind(to); err != nil {
+		return ans, fmt.Errorf("record the new storage: %w", err)
+	}
+	s.cfg.Log.Info("storage migrated", "from", from, "to", to, "agents", ans.Agents, "rows", ans.Rows)
+	return ans, nil
+}
+
+// copyAgent copies agent a's store from one storage to the other; read,
+// if set, reads the source store first.
+func (s *Host) copyAgent(ctx context.Context, from, to string, a agents.Agent, read func(*durable.Store) error) (int, error) {
+	open := func(kind string) (durable.DB, *durable.Store, error) {
+		db, err := s.openDBOn(ctx, kind, a)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, err := durable.OpenStore(ctx, db)
+		if err != nil {
+			db.Close()
+			return nil, nil, err
+		}
+		return db, st, nil
+	}
+	srcDB, src, err := open(from)
+	if err != nil {
+		return 0, fmt.Errorf("open agent %s on %s: %w", a.Name, from, err)
+	}
+	defer src.Close()
+	if read != nil {
+		if err := read(src); err != nil {
+			return 0, err
+		}
+	}
+	dstDB, dst, err := open(to)
+	if err != nil {
+		return 0, fmt.Errorf("open agent %s on %s: %w", a.Name, to, err)
+	}
+	defer dst.Close()
+	n, err := durable.Copy(ctx, srcDB, dstDB)
+	if err != nil {
+		return 0, fmt.Errorf("copy agent %s: %w", a.Name, err)
+	}
+	return n, nil
+}
+
+// ErrBadStorage is MigrateStorage's answer for an unknown storage kind.
+var ErrBadStorage = errors.New("bad storage kind")
