@@ -87,7 +87,7 @@ ALONE='^(TestWeb.*|TestDockerErrorIs503|TestBurstOfNewUsers)$'
 # stack by themselves.
 # The tests that run again on a stack keeping agents' storage on Postgres
 # (stack 3), after the others: its own suites and the kill tests.
-STORAGE='^(TestAgentStorageOnPostgres|TestStorageGatewayWantsTheSandboxToken|TestTwoAgentProcessesOneLease|TestAgentKilledDuring.*)$'
+STORAGE='^(TestAgentStorageOnPostgres|TestStorageGatewayWantsTheSandboxToken|TestTwoAgentProcessesOneLease|TestMigrateStorageBothWays|TestAgentKilledDuring.*)$'
 MAIN='^(TestRemindersAndJobsSurviveEvictAndReload|TestApprovalExpiresAcrossManagerRestart|TestBackupRemoveRestore|TestDevShLifecycleKeepsData|TestMissedJobRunsOnce|TestCapacityFullIs429)$'
 
 SECOND_PID=

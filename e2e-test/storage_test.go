@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -181,5 +182,63 @@ func TestTwoAgentProcessesOneLease(t *testing.T) {
 	}
 	if h := holder(); h == second || h == "" {
 		t.Fatalf("the lease after the takeover: %q", h)
+	}
+}
+
+// affido admin migrate-storage moves a user's agents between their Postgres
+// database and SQLite files on their volume and back, each time copied
+// and checked table by table: what was said on either side is there on
+// the other, and the agent reads it from where the last move put it.
+func TestMigrateStorageBothWays(t *testing.T) {
+	needPostgresStorage(t)
+	t.Parallel()
+	user, tok := newUser(t, "pgmove")
+	prompt(t, user, tok, map[string]any{"text": "said on postgres"})
+	db := psql(t, "SELECT role FROM agent_storage WHERE user_id = '"+user+"'")
+	inDB := func(q string) string {
+		return strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", db, "-tAc", q))
+	}
+	migrate := func(to string) map[string]any {
+		t.Helper()
+		out := docker(t, "exec", managerName(), "/bin/affido", "admin", "migrate-storage", user, "--to", to)
+		var ans map[string]any
+		if err := json.Unmarshal([]byte(out), &ans); err != nil {
+			t.Fatalf("migrate-storage --to %s: %v\n%s", to, err, out)
+		}
+		return ans
+	}
+	before := inspectOf(t, user, tok).EntryCount
+
+	if ans := migrate("sqlite"); ans["from"] != "postgres" || ans["to"] != "sqlite" || ans["agents"].(float64) < 2 {
+		t.Fatalf("to sqlite: %v", ans)
+	}
+	if n := inspectOf(t, user, tok).EntryCount; n != before {
+		t.Fatalf("on sqlite the agent reads %d entries, want %d", n, before)
+	}
+	prompt(t, user, tok, map[string]any{"text": "said on sqlite"})
+	out := mustInAgentAs(t, user, tok, "agent", "sh", "-c", "ls /data; cat /data/storage.json")
+	if !strings.Contains(out, "session.db") || !strings.Contains(out, `"kind":"sqlite"`) {
+		t.Fatalf("after the move to sqlite the volume holds: %s", out)
+	}
+	if n := inDB("SELECT count(*) FROM agent_main.entries WHERE record LIKE '%said on sqlite%'"); n != "0" {
+		t.Fatalf("a prompt after the move to sqlite went to Postgres (%s rows)", n)
+	}
+
+	if ans := migrate("postgres"); ans["from"] != "sqlite" || ans["to"] != "postgres" {
+		t.Fatalf("back to postgres: %v", ans)
+	}
+	if n := inDB("SELECT count(*) FROM agent_main.entries WHERE record LIKE '%said on sqlite%' AND kind = 'owner_message'"); n != "1" {
+		t.Fatalf("the prompt said on sqlite is in Postgres %s times, want once", n)
+	}
+	prompt(t, user, tok, map[string]any{"text": "said on postgres again"})
+	if n := inDB("SELECT count(*) FROM agent_main.entries WHERE record LIKE '%said on postgres again%' AND kind = 'owner_message'"); n != "1" {
+		t.Fatalf("after the move back, a prompt is in Postgres %s times, want once", n)
+	}
+	if ans := migrate("postgres"); ans["agents"].(float64) != 0 {
+		t.Fatalf("moving to where it is: %v", ans)
+	}
+	// A storage that is neither is refused before anything happens.
+	if out, err := dockerTry("exec", managerName(), "/bin/affido", "admin", "migrate-storage", user, "--to", "tape"); err == nil || !strings.Contains(out, "bad-storage") {
+		t.Fatalf("--to tape: %v %s", err, out)
 	}
 }
