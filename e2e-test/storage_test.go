@@ -238,7 +238,7 @@ func TestMigrateStorageBothWays(t *testing.T) {
 		t.Fatalf("moving to where it is: %v", ans)
 	}
 	// A storage that is neither is refused before anything happens.
-	if out, err := dockerTry("exec", managerName(), "/bin/affido", "admin", "migrate-storage", user, "--to", "tape"); err == nil || !strings.Contains(out, "bad-storage") {
+	if out, err := dockerTry("exec", managerName(), "/bin/affido", "admin", "migrate-storage", user, "--to", "tape"); err == nil || !strings.Contains(out, `not "tape"`) {
 		t.Fatalf("--to tape: %v %s", err, out)
 	}
 }

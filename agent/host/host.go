@@ -94,7 +94,8 @@ type Host struct {
 	rtMu      sync.RWMutex
 	rts       map[string]*Runtime // by agent name; nil while storage is closed
 
-	dues dueBoard
+	dues      dueBoard
+	migrating atomic.Bool // MigrateStorage runs (Pause answers busy)
 }
 
 var _ agents.Hub = (*Host)(nil)

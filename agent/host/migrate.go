@@ -79,7 +79,15 @@ func (s *Host) writeStorageKind(kind string) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(s.DataDir())
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // openDBOn opens agent a's database on kind's storage.
@@ -121,15 +129,34 @@ func (s *Host) MigrateStorage(ctx context.Context, to string) (sandboxapi.Migrat
 	if s.cfg.Storage == nil {
 		return ans, ErrNoStorage
 	}
+	s.migrating.Store(true)
+	defer s.migrating.Store(false)
 	if _, err := s.closeStorage(ctx); err != nil {
 		return ans, err
 	}
+	// Where they are now, on record before anything is copied: creating
+	// the target's files (a SQLite session database) must never make a
+	// failed move read as done.
+	if err := s.writeStorageKind(from); err != nil {
+		return ans, fmt.Errorf("record the storage: %w", err)
+	}
+	// The source stores stay open, holding their leases, until the new
+	// place is on record: no other process writes to them meanwhile.
+	var sources []*durable.Store
+	defer func() {
+		for _, st := range sources {
+			st.Close()
+		}
+	}()
 	main := agents.Agent{Name: agents.Main, ID: agents.Main, Kind: agents.KindOwner}
 	var list []agents.Agent
-	rows, err := s.copyAgent(ctx, from, to, main, func(st *durable.Store) (err error) {
+	src, rows, err := s.copyAgent(ctx, from, to, main, func(st *durable.Store) (err error) {
 		list, err = s.registry.List(ctx, st)
 		return err
 	})
+	if src != nil {
+		sources = append(sources, src)
+	}
 	if err != nil {
 		return ans, err
 	}
@@ -138,7 +165,10 @@ func (s *Host) MigrateStorage(ctx context.Context, to string) (sandboxapi.Migrat
 		if a.ID == agents.Main {
 			continue
 		}
-		n, err := s.copyAgent(ctx, from, to, a, nil)
+		src, n, err := s.copyAgent(ctx, from, to, a, nil)
+		if src != nil {
+			sources = append(sources, src)
+		}
 		if err != nil {
 			return ans, err
 		}
@@ -149,12 +179,22 @@ func (s *Host) MigrateStorage(ctx context.Context, to string) (sandboxapi.Migrat
 		return ans, fmt.Errorf("record the new storage: %w", err)
 	}
 	s.cfg.Log.Info("storage migrated", "from", from, "to", to, "agents", ans.Agents, "rows", ans.Rows)
+	for _, st := range sources {
+		st.Close()
+	}
+	sources = nil
+	// Open on the new side now: its work resumes and its wake times are
+	// set, as after any open.
+	if err := s.openAll(ctx); err != nil {
+		return ans, fmt.Errorf("%w: after the move: %w", ErrUnavailable, err)
+	}
 	return ans, nil
 }
 
 // copyAgent copies agent a's store from one storage to the other; read,
-// if set, reads the source store first.
-func (s *Host) copyAgent(ctx context.Context, from, to string, a agents.Agent, read func(*durable.Store) error) (int, error) {
+// if set, reads the source store first. It returns the source store, open
+// (the caller closes it), whenever it opened.
+func (s *Host) copyAgent(ctx context.Context, from, to string, a agents.Agent, read func(*durable.Store) error) (*durable.Store, int, error) {
 	open := func(kind string) (durable.DB, *durable.Store, error) {
 		db, err := s.openDBOn(ctx, kind, a)
 		if err != nil {
@@ -169,24 +209,23 @@ func (s *Host) copyAgent(ctx context.Context, from, to string, a agents.Agent, r
 	}
 	srcDB, src, err := open(from)
 	if err != nil {
-		return 0, fmt.Errorf("open agent %s on %s: %w", a.Name, from, err)
+		return nil, 0, fmt.Errorf("open agent %s on %s: %w", a.Name, from, err)
 	}
-	defer src.Close()
 	if read != nil {
 		if err := read(src); err != nil {
-			return 0, err
+			return src, 0, err
 		}
 	}
 	dstDB, dst, err := open(to)
 	if err != nil {
-		return 0, fmt.Errorf("open agent %s on %s: %w", a.Name, to, err)
+		return src, 0, fmt.Errorf("open agent %s on %s: %w", a.Name, to, err)
 	}
 	defer dst.Close()
 	n, err := durable.Copy(ctx, srcDB, dstDB)
 	if err != nil {
-		return 0, fmt.Errorf("copy agent %s: %w", a.Name, err)
+		return src, 0, fmt.Errorf("copy agent %s: %w", a.Name, err)
 	}
-	return n, nil
+	return src, n, nil
 }
 
 // ErrBadStorage is MigrateStorage's answer for an unknown storage kind.

@@ -19,6 +19,12 @@ func (e *BusyError) Error() string { return e.Why }
 // refuses with a *BusyError while it has or while any task is ready or
 // running (and wakes the agents, so due work runs now).
 func (s *Host) Pause(ctx context.Context, idle func() bool) (time.Time, error) {
+	// Asked before the lock, which a storage migration holds for as long
+	// as it copies: the manager must hear "busy" at once, not time out and
+	// freeze the process mid-copy.
+	if idle != nil && s.migrating.Load() {
+		return time.Time{}, &BusyError{Why: "the storage is being migrated"}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if idle != nil {

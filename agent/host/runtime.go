@@ -140,18 +140,16 @@ func (s *Host) removeUnregistered(list []agents.Agent) {
 }
 
 // openDB opens agent a's database where StorageKind says the agents'
-// databases live, recording Postgres in storage.json before the first open
-// there.
+// databases live, recording that in storage.json before the first open (so
+// a later change of the stack's default never moves them).
 func (s *Host) openDB(ctx context.Context, a agents.Agent) (durable.DB, error) {
 	kind, err := s.StorageKind()
 	if err != nil {
 		return nil, err
 	}
-	if kind == KindPostgres {
-		if _, err := os.Stat(filepath.Join(s.DataDir(), storageFile)); errors.Is(err, fs.ErrNotExist) {
-			if err := s.writeStorageKind(kind); err != nil {
-				return nil, fmt.Errorf("record the storage: %w", err)
-			}
+	if _, err := os.Stat(filepath.Join(s.DataDir(), storageFile)); errors.Is(err, fs.ErrNotExist) {
+		if err := s.writeStorageKind(kind); err != nil {
+			return nil, fmt.Errorf("record the storage: %w", err)
 		}
 	}
 	return s.openDBOn(ctx, kind, a)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -147,6 +148,7 @@ func TestMigrateStorageBackAndForth(t *testing.T) {
 		t.Fatalf("before: %q %v", kind, err)
 	}
 
+	opened := other.opens.Load()
 	ans, err := h.MigrateStorage(ctx, host.KindPostgres)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +159,9 @@ func TestMigrateStorageBackAndForth(t *testing.T) {
 	if kind, _ := h.StorageKind(); kind != host.KindPostgres {
 		t.Fatalf("after: %q", kind)
 	}
-	opened := other.opens.Load()
+	if !h.Status(ctx).StorageOpen {
+		t.Fatal("storage is not open on the new side after the move")
+	}
 	if !has(agents.Main, "kept on sqlite") || !has("helper", "helper's words") || other.opens.Load() <= opened {
 		t.Fatal("after the move the agents' work is not read from the other storage")
 	}
@@ -174,5 +178,56 @@ func TestMigrateStorageBackAndForth(t *testing.T) {
 	}
 	if _, err := h.MigrateStorage(ctx, "tape"); !errors.Is(err, host.ErrBadStorage) {
 		t.Fatalf("an unknown storage: %v", err)
+	}
+}
+
+// A move that fails half way (here the second agent's target cannot be
+// made) leaves the agents where they were, even on a volume from before
+// storage.json, where the target's fresh session database would otherwise
+// read as "on SQLite".
+func TestFailedMigrationLeavesTheStorageWhereItWas(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	other := &losable{dir: t.TempDir()}
+	h := host.New(host.Config{User: func() string { return "u" }, SessionDB: filepath.Join(dir, "session.db"), Storage: other, UseStorage: true,
+		DefaultModel: "fake/echo", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(func() { h.Close() })
+	rt, err := h.Runtime(ctx, agents.Main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Harness.Submit(ctx, durable.RootConversation, durable.Input{Text: "kept", RequestID: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	helper, err := h.CreateAgent(ctx, agents.Spec{Name: "helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Pause(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A volume from before storage.json, and a file where the helper's
+	// SQLite directory would go.
+	if err := os.Remove(filepath.Join(dir, "storage.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "agents"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "agents", helper.ID), []byte("in the way"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.MigrateStorage(ctx, host.KindSQLite); err == nil {
+		t.Fatal("the move succeeded with the helper's target in the way")
+	}
+	if kind, err := h.StorageKind(); err != nil || kind != host.KindPostgres {
+		t.Fatalf("after a failed move the storage reads %q (%v), want postgres", kind, err)
+	}
+	rt, err = h.Runtime(ctx, agents.Main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rt.Harness.Store().EntryCount(ctx, durable.RootConversation); err != nil || n == 0 {
+		t.Fatalf("after a failed move main reads %d entries (%v), want its own", n, err)
 	}
 }

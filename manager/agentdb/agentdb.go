@@ -31,6 +31,12 @@ import (
 // Store makes and hands out the users' storage credentials and relays
 // their agents' connections.
 type Store struct {
+	// MakeOnAsk makes a user's storage on their agent's first ask (the
+	// stack's default is Postgres); without it only users the admin moved
+	// to Postgres (Make) are served, so on a SQLite stack no sandbox can
+	// make a role and a database.
+	MakeOnAsk bool
+
 	pool *pgxpool.Pool
 	// dial reaches the Postgres server the pool speaks to (its unix
 	// socket in the stack), for the relay.

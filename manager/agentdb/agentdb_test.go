@@ -37,6 +37,7 @@ func open(t *testing.T, users ...string) (*agentdb.Store, *pgx.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	st.MakeOnAsk = true // a stack whose default is Postgres
 	conn, err := pgx.Connect(t.Context(), registrytest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +141,7 @@ func TestTwoManagersAgreeOnTheCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
+	st2.MakeOnAsk = true
 	var wg sync.WaitGroup
 	got := make([]gatewayapi.StorageCredential, 2)
 	errs := make([]error, 2)
@@ -304,5 +306,27 @@ func TestRelayCutsAStalledStartup(t *testing.T) {
 	// Closed by the relay (EOF), long before the test's own bound.
 	if waited := time.Since(start); waited > time.Minute {
 		t.Fatalf("the stalled tunnel stayed open %s", waited)
+	}
+}
+
+// On a stack whose default is SQLite a sandbox's ask makes nothing: only a
+// user the admin moved to Postgres (Make) is served.
+func TestASQLiteStackMakesStorageOnlyForTheAdmin(t *testing.T) {
+	dave := unique(t, "dave")
+	st, su := open(t, dave)
+	st.MakeOnAsk = false
+	if _, err := st.Credential(t.Context(), dave); !errors.Is(err, agentdb.ErrNotOffered) {
+		t.Fatalf("a sandbox's ask on a SQLite stack: %v, want ErrNotOffered", err)
+	}
+	var rows int
+	if err := su.QueryRow(t.Context(), `SELECT count(*) FROM agent_storage WHERE user_id = $1`, dave).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("the refused ask stored %d rows (%v)", rows, err)
+	}
+	made, err := st.Make(t.Context(), dave)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Credential(t.Context(), dave); err != nil || got != made {
+		t.Fatalf("after the admin made it: %+v %v, want %+v", got, err, made)
 	}
 }

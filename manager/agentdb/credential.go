@@ -42,7 +42,24 @@ var (
 // managers asking at once agree: the row is inserted once, and a role or
 // database the other made first is taken as made.
 func (s *Store) Credential(ctx context.Context, user string) (gatewayapi.StorageCredential, error) {
+	return s.credential(ctx, user, s.MakeOnAsk)
+}
+
+// Make is Credential that makes the user's storage whatever MakeOnAsk says
+// (the admin moving a user to Postgres).
+func (s *Store) Make(ctx context.Context, user string) (gatewayapi.StorageCredential, error) {
+	return s.credential(ctx, user, true)
+}
+
+// ErrNotOffered is Credential's answer for a user without Postgres storage
+// on a stack whose default is SQLite (MakeOnAsk false).
+var ErrNotOffered = errors.New("this user's agents have no Postgres storage")
+
+func (s *Store) credential(ctx context.Context, user string, mayMake bool) (gatewayapi.StorageCredential, error) {
 	c, err := s.row(ctx, user)
+	if errors.Is(err, pgx.ErrNoRows) && !mayMake {
+		return gatewayapi.StorageCredential{}, ErrNotOffered
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		if _, err = s.pool.Exec(ctx, `INSERT INTO agent_storage (user_id, role, password) VALUES ($1, $2, $3)
 			ON CONFLICT (user_id) DO NOTHING`, user, "agent_"+randomHex(8), randomHex(32)); err == nil {

@@ -144,6 +144,7 @@ func serve(ctx context.Context) error {
 		return err
 	}
 	defer agentStorage.Close()
+	agentStorage.MakeOnAsk = cfg.AgentStorage == "postgres"
 
 	eng, imageID, closeEngine, err := engine(startCtx, log, cfg)
 	if err != nil {
@@ -228,7 +229,7 @@ func serve(ctx context.Context) error {
 	}
 	conns.Notify = pub.ConnectorNotice
 	pub.AgentStorage = agentStorage
-	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Mover: agentClient, Log: log}
+	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Mover: agentClient, Maker: agentStorage, Log: log}
 	errc := make(chan error, 2)
 	pubLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -44,6 +44,7 @@ type Admin struct {
 	// Mover moves a user's agents' databases between SQLite and Postgres
 	// (nil: the call answers 501).
 	Mover StorageMover
+	Maker StorageMaker
 	// Log records the failures the API answers with a request id
 	// (default slog.Default).
 	Log *slog.Logger

@@ -75,6 +75,8 @@ func problemOf(err error) *problem.Error {
 		return problem.New(http.StatusBadGateway, gatewayapi.ProblemConnectorTooLarge, err.Error())
 	case errors.Is(err, connectors.ErrServer):
 		return problem.New(http.StatusBadGateway, gatewayapi.ProblemConnectorFailed, err.Error())
+	case errors.Is(err, agentdb.ErrNotOffered):
+		return problem.New(http.StatusNotFound, "no-storage", err.Error()+" (affido admin migrate-storage moves them there)")
 	case errors.Is(err, agentdb.ErrNotUpgrade):
 		return problem.New(http.StatusBadRequest, "not-upgrade", err.Error())
 	case errors.Is(err, agentdb.ErrTooManyTunnels):

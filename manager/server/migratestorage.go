@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 )
@@ -13,6 +14,12 @@ import (
 // StorageMover asks a sandbox's agent to move its agents' databases.
 type StorageMover interface {
 	MigrateStorage(ctx context.Context, ep netip.AddrPort, to string) (sandboxapi.MigrateStorageAnswer, error)
+}
+
+// StorageMaker makes a user's Postgres storage before their agents move
+// there (manager/agentdb).
+type StorageMaker interface {
+	Make(ctx context.Context, user string) (gatewayapi.StorageCredential, error)
 }
 
 // migrateStorage moves USER's agents' databases to another storage (POST
@@ -26,6 +33,11 @@ func (a *Admin) migrateStorage(w http.ResponseWriter, r *http.Request, user stri
 	to := r.URL.Query().Get("to")
 	if to != sandboxapi.StorageSQLite && to != sandboxapi.StoragePostgres {
 		return problem.Errorf(http.StatusBadRequest, "bad-storage", "to is %s or %s, not %q", sandboxapi.StorageSQLite, sandboxapi.StoragePostgres, to)
+	}
+	if to == sandboxapi.StoragePostgres && a.Maker != nil {
+		if _, err := a.Maker.Make(r.Context(), user); err != nil {
+			return fmt.Errorf("make the user's Postgres storage: %w", err)
+		}
 	}
 	ep, err := a.Manager.Resolve(r.Context(), user, true)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
+	"github.com/affido/affido/manager/agentdb"
 	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
@@ -526,6 +527,9 @@ func (s *Server) storageCredential(w http.ResponseWriter, r *http.Request) error
 		return problem.New(status, "gateway-auth", why)
 	}
 	c, err := s.AgentStorage.Credential(r.Context(), user)
+	if errors.Is(err, agentdb.ErrNotOffered) {
+		return err
+	}
 	if err != nil {
 		return problem.New(http.StatusServiceUnavailable, "unavailable", "the agents' database is unavailable").Retry(2).Because(err)
 	}
