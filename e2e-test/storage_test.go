@@ -242,3 +242,54 @@ func TestMigrateStorageBothWays(t *testing.T) {
 		t.Fatalf("--to tape: %v %s", err, out)
 	}
 }
+
+// On a stack whose default is SQLite, a sandbox asking for Postgres
+// storage gets none (no role or database is made by asking); the admin
+// moves a user there, and back, with what they said kept each way.
+func TestMigrateStorageFromASQLiteStack(t *testing.T) {
+	if os.Getenv("AFFIDO_AGENT_STORAGE") == "postgres" {
+		t.Skip("runs on a stack whose default is SQLite")
+	}
+	t.Parallel()
+	user, tok := newUser(t, "sqmove")
+	prompt(t, user, tok, map[string]any{"text": "said on sqlite"})
+	keepAwake(t, user, tok)
+	sandboxTok, _ := sandboxGateway(t, user)
+	name := stack + "-" + sandboxName(t, user) + "-agent"
+	out := strings.TrimSpace(docker(t, "run", "--rm", "--network", "container:"+name, "affido/probe:test",
+		"-get", "http://gateway:8088/v1/gateway/storage", sandboxTok))
+	if !strings.HasPrefix(out, "404") {
+		t.Fatalf("the sandbox's own ask for Postgres storage on a SQLite stack: %q, want 404", out)
+	}
+	if n := psql(t, "SELECT count(*) FROM agent_storage WHERE user_id = '"+user+"'"); n != "0" {
+		t.Fatalf("the refused ask made a storage row (%s)", n)
+	}
+
+	out = docker(t, "exec", managerName(), "/bin/affido", "admin", "migrate-storage", user, "--to", "postgres")
+	if !strings.Contains(out, `"from": "sqlite"`) || !strings.Contains(out, `"to": "postgres"`) {
+		t.Fatalf("to postgres: %s", out)
+	}
+	db := psql(t, "SELECT role FROM agent_storage WHERE user_id = '"+user+"'")
+	prompt(t, user, tok, map[string]any{"text": "said on postgres"})
+	for _, text := range []string{"said on sqlite", "said on postgres"} {
+		n := strings.TrimSpace(docker(t, "exec", oltpName(), "psql", "-U", "affido", "-d", db, "-tAc",
+			"SELECT count(*) FROM agent_main.entries WHERE kind = 'owner_message' AND record LIKE '%"+text+"%'"))
+		if n != "1" {
+			t.Fatalf("%q is in the user's Postgres %s times, want once", text, n)
+		}
+	}
+	out = docker(t, "exec", managerName(), "/bin/affido", "admin", "migrate-storage", user, "--to", "sqlite")
+	if !strings.Contains(out, `"from": "postgres"`) {
+		t.Fatalf("back to sqlite: %s", out)
+	}
+	in := inspectOf(t, user, tok)
+	seen := map[string]int{}
+	for _, e := range in.Entries.Items {
+		if e.Kind == "owner_message" {
+			seen[e.Text]++
+		}
+	}
+	if seen["said on sqlite"] != 1 || seen["said on postgres"] != 1 {
+		t.Fatalf("back on sqlite the owner's words read %v, want each once", seen)
+	}
+}
