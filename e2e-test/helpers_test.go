@@ -246,9 +246,11 @@ func inAgentAs(t *testing.T, user, tok, as string, args ...string) (string, erro
 		<-awake
 		out := string(b)
 		// Paused between the status check and the exec (Docker refuses an
-		// exec into a paused container; the requests above resume it): again.
+		// exec into a paused container; the requests above resume it), or
+		// removed and made again meanwhile (the exec named the old one): again.
 		paused := err != nil && strings.Contains(out, "is paused")
-		if !frozen && !paused && (err == nil || containerStatus(user) == "running") || time.Now().After(deadline) {
+		replaced := err != nil && strings.Contains(out, "No such container")
+		if !frozen && !paused && !replaced && (err == nil || containerStatus(user) == "running") || time.Now().After(deadline) {
 			return out, err
 		}
 	}
