@@ -123,7 +123,7 @@ docker_build() {
 build_binaries() {
   say "building binaries"
   mkdir -p "$BUILD/bin"
-  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$BUILD/bin/" ./cmd/affido ./cmd/affido-agent ./cmd/affido-caddy
+  CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$BUILD/bin/" ./cmd/affido ./cmd/affido-agent ./cmd/affido-caddy ./cmd/affido-browser
 }
 
 # build_debian_base builds the Debian base every other image starts from,
@@ -147,6 +147,19 @@ build_base_images() {
   build_debian_base
   say "building affido/postgres:15 from Debian's postgresql package"
   docker_build affido/postgres:15 images/postgres --label "affido.src=$src"
+}
+
+# build_chromium_base builds Debian's Chromium on the Debian base whenever
+# its Dockerfile changes: the base of the users' browser sandboxes.
+build_chromium_base() {
+  local src
+  src=$(sha256sum <images/chromium/Dockerfile | cut -c1-16)
+  if [[ $(docker image inspect -f '{{index .Config.Labels "affido.src"}}' affido/chromium:bookworm 2>/dev/null) == "$src" ]]; then
+    return
+  fi
+  build_debian_base
+  say "building affido/chromium:bookworm from Debian's chromium package (a minute or two)"
+  docker_build affido/chromium:bookworm images/chromium --label "affido.src=$src"
 }
 
 # build_busybox builds the agent's busybox from Debian's source with only the
@@ -201,15 +214,20 @@ build_contexts() {
     : > "$m/ca-certificates.crt"
   fi
   cp images/caddy/Dockerfile caddy/Caddyfile "$BUILD/bin/affido-caddy" "$c/"
+  rm -rf "$BUILD/browser"
+  mkdir -p "$BUILD/browser"
+  cp images/browser/Dockerfile "$BUILD/bin/affido-browser" "$BUILD/browser/"
 }
 
 build_images() {
   build_base_images
-  say "building affido/agent:dev, affido/manager:dev, affido/caddy:dev"
+  build_chromium_base
+  say "building affido/agent:dev, affido/manager:dev, affido/caddy:dev, affido/browser:dev"
   build_contexts
   docker_build affido/agent:dev "$BUILD/agent"
   docker_build affido/manager:dev "$BUILD/manager"
   docker_build affido/caddy:dev "$BUILD/caddy"
+  docker_build affido/browser:dev "$BUILD/browser"
 }
 
 # write_compose_env writes what compose alone needs to run this stack into
@@ -241,7 +259,8 @@ EOF
 }
 
 # cmd_prepare does what compose cannot: the Go binaries, the Debian base
-# (debootstrap), the build contexts, the stack's keys in .env. Then
+# (debootstrap), the build contexts, the browser sandboxes' image, the
+# stack's keys in .env. Then
 # `docker compose up -d --build` builds every image and starts the stack.
 cmd_prepare() {
   check_prereqs
@@ -249,6 +268,10 @@ cmd_prepare() {
   build_binaries
   build_debian_base
   build_contexts
+  # The browser sandboxes' image is the manager's to run, not a service's:
+  # compose cannot build it.
+  build_chromium_base
+  docker_build affido/browser:dev "$BUILD/browser"
   write_compose_env
   build_unlock
   say "prepared; now: docker compose up -d --build   (or: docker-compose up -d --build)"

@@ -229,6 +229,8 @@ func serve(ctx context.Context) error {
 		// to the worker, whose answers come back as outside text.
 		WorkerTools:  tools.WebTools(model),
 		WorkerSystem: workerPrompt,
+		// The owner's browser, held by the manager: a tab per agent.
+		OwnAgentTools: func(agent string) []durable.Tool { return tools.BrowserTools(model, toolsWS, agent) },
 		// The owner's connectors, held by the manager, reached through the gateway.
 		AgentTools: func(agent string) func(context.Context) ([]durable.Tool, error) {
 			return tools.ConnectorTools(model, agent)

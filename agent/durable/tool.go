@@ -34,7 +34,12 @@ type Tool struct {
 	// connector's tool set to allow in the manager): a policy runs them
 	// without a rule, but outside text in the context still makes them ask.
 	Preapproved bool
-	Execute     func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
+	// ActsOnPage tools act on a web page the agent opened (browser_click,
+	// browser_type): a policy runs them without a rule until outside text
+	// is in the context; then they ask, unless the owner's rule allows
+	// acting on that site.
+	ActsOnPage bool
+	Execute    func(ctx context.Context, call ToolCallContext, args json.RawMessage) (ToolResult, error)
 }
 
 // ToolCallContext tells a tool where it runs.

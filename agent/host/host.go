@@ -46,6 +46,10 @@ type Config struct {
 	// none of the owner's data) and system prompt.
 	WorkerTools  []durable.Tool
 	WorkerSystem string
+	// OwnAgentTools, if set, are more tools of one of the owner's agents,
+	// made for it by name (the browser's: a tab per agent), known to its
+	// rules like the configured ones.
+	OwnAgentTools func(agent string) []durable.Tool
 	// AgentTools, if set, gives the tools of one of the owner's agents that
 	// come and go (its connectors, which the manager holds): the harness's
 	// MoreTools. The worker gets none.

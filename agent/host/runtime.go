@@ -206,6 +206,9 @@ func (s *Host) harnessOptions(rt *Runtime) durable.Options {
 	default:
 		keeper := noteKeeper{s: s, rt: rt}
 		opts.Tools = append(slices.Clone(s.tools), agents.SendMessage(a, s), agents.Delegate(a, s))
+		if s.cfg.OwnAgentTools != nil {
+			opts.Tools = append(opts.Tools, s.cfg.OwnAgentTools(a.Name)...)
+		}
 		for _, t := range notes.Tools(a.Name, keeper) {
 			opts.Tools = append(opts.Tools, s.closingAware(t))
 		}

@@ -241,6 +241,14 @@ func (c *Client) Fetch(ctx context.Context, url string) (gatewayapi.Page, error)
 	return p, err
 }
 
+// Browse runs one action of the user's browser (the browser tools): the
+// manager holds the browser sandbox and drives it.
+func (c *Client) Browse(ctx context.Context, req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error) {
+	var p gatewayapi.BrowserPage
+	err := c.call(ctx, gatewayapi.BrowserPath, "browser "+req.Action, req, &p)
+	return p, err
+}
+
 // Search asks the gateway's search provider (web_search).
 func (c *Client) Search(ctx context.Context, query string, count int) (gatewayapi.SearchResults, error) {
 	var r gatewayapi.SearchResults

@@ -96,7 +96,7 @@ func (b *Book) Defaults() map[string]durable.Effect {
 }
 
 func defaultEffect(t durable.Tool) durable.Effect {
-	if t.ReadOnly || t.Preapproved {
+	if t.ReadOnly || t.Preapproved || t.ActsOnPage {
 		return durable.Allow
 	}
 	return durable.Ask
@@ -348,7 +348,7 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 	}
 	var matched []Rule
 	for _, r := range rules {
-		if r.Tool == q.Tool.Name && r.matches(q.Call.Arguments) {
+		if r.covers(q.Tool.Name) && r.matches(q.Call.Arguments) {
 			matched = append(matched, r)
 		}
 	}
@@ -366,7 +366,13 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 		if q.Tool.Preapproved {
 			v.Reason = q.Tool.Name + " is allowed in its connector's settings"
 		}
+		if q.Tool.ActsOnPage {
+			v.Reason = q.Tool.Name + " acts on a page the agent opened, allowed until a page's text is in the context"
+		}
 	}
+	// The owner let the agent act on this site: a rule of theirs with the
+	// page's host allows it, outside text or not.
+	sitePermit := v.Effect == durable.Allow && q.Tool.ActsOnPage && len(matched) > 0 && matched[0].When.Host != ""
 	if v.Effect == durable.Allow && q.Tool.AlwaysAsk {
 		v = durable.Verdict{Effect: durable.Ask, Reason: q.Tool.Name + " always asks the owner: no rule can allow it"}
 	}
@@ -381,7 +387,7 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 			"outside text (entry %d, %s) has entered the conversation since your last message, so %s asks whatever the rules say: what it writes stays after the conversation (%s)",
 			e.ID, e.Kind, q.Tool.Name, v.Reason)}, nil
 	}
-	if v.Effect == durable.Allow && !q.Tool.ReadOnly && q.Outside != nil && !b.HoldsNoOwnerData {
+	if v.Effect == durable.Allow && !q.Tool.ReadOnly && q.Outside != nil && !b.HoldsNoOwnerData && !sitePermit {
 		v = durable.Verdict{Effect: durable.Ask, Reason: fmt.Sprintf(
 			"outside text (entry %d, %s) is in the model's context, so every call of a tool that is not read-only asks until the conversation is reset (%s)",
 			q.Outside.ID, q.Outside.Kind, v.Reason)}

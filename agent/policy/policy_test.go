@@ -118,7 +118,7 @@ func TestProposedRules(t *testing.T) {
 		{"shell", `{"command":"find . -maxdepth 0 -name x"}`, `Allow shell only when the command is exactly "find . -maxdepth 0 -name x"`},
 		{"write_file", `{"path":"notes/day/1.txt","content":"x"}`, `Allow write_file only when the path is "notes/day" or lies under it`},
 		{"write_file", `{"path":"top.txt","content":"x"}`, `Allow write_file only when the path is "top.txt" or lies under it`},
-		{"fetch_url", `{"url":"https://Example.org/page"}`, `Allow fetch_url only when the URL's host is exactly "example.org"`},
+		{"fetch_url", `{"url":"https://Example.org/page"}`, `Allow fetch_url and browser_open only when the URL's host is exactly "example.org"`},
 		{"set_reminder", `{"text":"x","after":"1m"}`, `Allow every set_reminder call`},
 	}
 	for _, c := range cases {

@@ -75,6 +75,27 @@ var conditionsOf = map[string][]string{
 	"write_file": {"path_prefix"},
 	"list_files": {"path_prefix"},
 	"fetch_url":  {"host"},
+	// The browser's: the page's host. A rule on browser_click or
+	// browser_type with a host is the owner letting the agent act on that
+	// site (durable.Tool.ActsOnPage).
+	"browser_open":  {"host"},
+	"browser_click": {"host"},
+	"browser_type":  {"host"},
+}
+
+// siteTools share their host rules: the owner's rule for a site on one
+// covers the other ("allow always" on a page opened in the browser lets
+// fetch_url read that site too, and the other way round), and the rule's
+// words say so.
+var siteTools = []string{"fetch_url", "browser_open"}
+
+// covers reports whether r, a rule on its own tool, applies to calls of
+// tool: its own, or a site tool's when r names a host.
+func (r Rule) covers(tool string) bool {
+	if r.Tool == tool {
+		return true
+	}
+	return r.When.Host != "" && slices.Contains(siteTools, r.Tool) && slices.Contains(siteTools, tool)
 }
 
 // argumentOf is the call argument each condition reads.
@@ -208,7 +229,15 @@ func (r Rule) Describe() string {
 		when = append(when, fmt.Sprintf("the path is %q or lies under it", p))
 	}
 	if h := w.Host; h != "" {
-		when = append(when, fmt.Sprintf("the URL's host is exactly %q", h))
+		what := "the URL's host"
+		if r.Tool == "browser_click" || r.Tool == "browser_type" {
+			what = "the page's host"
+		}
+		when = append(when, fmt.Sprintf("%s is exactly %q", what, h))
+	}
+	tool := r.Tool
+	if w.Host != "" && slices.Contains(siteTools, r.Tool) {
+		tool = strings.Join(siteTools, " and ")
 	}
 	var verb string
 	switch r.Effect {
@@ -221,11 +250,11 @@ func (r Rule) Describe() string {
 	}
 	switch {
 	case len(when) == 0:
-		return fmt.Sprintf("%s every %s call", verb, r.Tool)
+		return fmt.Sprintf("%s every %s call", verb, tool)
 	case r.Effect == durable.Ask || r.Effect == durable.Deny:
-		return fmt.Sprintf("%s %s when %s", verb, r.Tool, strings.Join(when, " and "))
+		return fmt.Sprintf("%s %s when %s", verb, tool, strings.Join(when, " and "))
 	default:
-		return fmt.Sprintf("%s %s only when %s", verb, r.Tool, strings.Join(when, " and "))
+		return fmt.Sprintf("%s %s only when %s", verb, tool, strings.Join(when, " and "))
 	}
 }
 

@@ -137,7 +137,7 @@ func TestRuleWords(t *testing.T) {
 		{Rule{Tool: "shell", Effect: durable.Allow, When: Conditions{Command: "a\nb"}}, `Allow shell only when the command is exactly "a\nb"`},
 		{Rule{Tool: "write_file", Effect: durable.Allow, When: Conditions{PathPrefix: "notes"}}, `Allow write_file only when the path is "notes" or lies under it`},
 		{Rule{Tool: "write_file", Effect: durable.Deny, When: Conditions{PathPrefix: "."}}, `Deny write_file when the path is in the workspace`},
-		{Rule{Tool: "fetch_url", Effect: durable.Allow, When: Conditions{Host: "example.org"}}, `Allow fetch_url only when the URL's host is exactly "example.org"`},
+		{Rule{Tool: "fetch_url", Effect: durable.Allow, When: Conditions{Host: "example.org"}}, `Allow fetch_url and browser_open only when the URL's host is exactly "example.org"`},
 	}
 	for _, c := range cases {
 		if got := c.rule.Describe(); got != c.want {

@@ -100,6 +100,9 @@ type Config struct {
 	// come and go (its connectors, which the manager holds): the harness's
 	// MoreTools. The worker gets none.
 	AgentTools func(agent string) func(ctx context.Context) ([]durable.Tool, error)
+	// OwnAgentTools, if set, are more tools of one of the owner's agents,
+	// made for it by name (the browser's), which its rules may name.
+	OwnAgentTools func(agent string) []durable.Tool
 	// OnApproval returns tasks to commit with a new approval of agent
 	// (the owner's notification).
 	OnApproval func(agent string, a durable.Approval, proposal *policy.Rule) []durable.Task
@@ -123,7 +126,7 @@ type Config struct {
 	CallerKeyHash [sha256.Size]byte
 	// Host hosts the agents; nil makes a host.Host of SessionDB, Model,
 	// DefaultModel, Harness, WorkerTools, WorkerSystem, AgentTools,
-	// OnApproval and MessageTimeout.
+	// OwnAgentTools, OnApproval and MessageTimeout.
 	Host Host
 }
 
@@ -151,7 +154,7 @@ func New(cfg Config) *Server {
 		s.host = host.New(host.Config{User: cfg.Identity.User, SessionDB: cfg.SessionDB, Storage: cfg.Storage, UseStorage: cfg.UseStorage, Model: cfg.Model,
 			DefaultModel: cfg.DefaultModel, Harness: cfg.Harness, Log: cfg.Log, Corpus: s.corpus,
 			WorkerTools: cfg.WorkerTools, WorkerSystem: cfg.WorkerSystem, OnApproval: cfg.OnApproval, OnAnswer: cfg.OnAnswer,
-			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools})
+			MessageTimeout: cfg.MessageTimeout, AgentTools: cfg.AgentTools, OwnAgentTools: cfg.OwnAgentTools})
 	}
 	return s
 }

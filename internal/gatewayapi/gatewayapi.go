@@ -28,6 +28,7 @@ const (
 	SearchPath      = "/search"           // POST SearchRequest: SearchResults
 	ConnectorsPath  = "/connectors"       // GET ?agent=NAME: ConnectorTools
 	ConnectorCall   = "/connectors/call"  // POST ConnectorCallRequest: ConnectorResult
+	BrowserPath     = "/browser"          // POST BrowserRequest: BrowserPage (the agent's browser, manager/browser)
 	// With AFFIDO_AGENT_STORAGE=postgres: the agents' own database.
 	StoragePath        = "/storage"         // GET: StorageCredential (made on the first ask)
 	StorageConnectPath = "/storage/connect" // GET with Upgrade: StorageUpgrade: 101, then the Postgres protocol
@@ -234,3 +235,61 @@ const (
 	ProblemConnectorTimeout  = "connector-timeout"      // 504: no answer within the manager's timeout
 	ProblemConnectorTooLarge = "connector-too-large"    // 502: an answer past the manager's cap
 )
+
+// Browser actions (BrowserRequest.Action).
+const (
+	BrowserOpen       = "open"       // URL: load it in the agent's tab
+	BrowserRead       = "read"       // the tab's page as text
+	BrowserScreenshot = "screenshot" // the tab's page as a PNG
+	BrowserClick      = "click"      // URL (the page's site), Selector or Text
+	BrowserType       = "type"       // URL, Selector, Text; Submit presses Enter after
+	BrowserUpload     = "upload"     // URL, Selector, FileName, File: give a page's file input a file
+	BrowserClose      = "close"      // close the tab
+)
+
+// Bounds of the browser.
+const (
+	BrowserTextMax   = 64 << 10 // bytes of page text one read returns
+	BrowserUploadMax = 16 << 20 // bytes of one uploaded file
+)
+
+// BrowserRequest is the body of POST BrowserPath. Agent names the tab (one
+// per agent). URL, for the actions that act on a page, is the page the
+// agent means: the manager refuses the action when the tab's page is on
+// another host, so a rule for a site allows acting on that site only.
+type BrowserRequest struct {
+	Action   string `json:"action"`
+	Agent    string `json:"agent"`
+	URL      string `json:"url,omitempty"`
+	Selector string `json:"selector,omitempty"`
+	Text     string `json:"text,omitempty"`
+	Submit   bool   `json:"submit,omitempty"`
+	FileName string `json:"file_name,omitempty"`
+	File     []byte `json:"file,omitempty"`
+}
+
+// BrowserPage is what a browser action leaves: the tab's page, and what
+// the proxy refused while the action ran.
+type BrowserPage struct {
+	URL       string `json:"url"`
+	Title     string `json:"title,omitempty"`
+	Status    int    `json:"status,omitempty"` // of the main document, for open
+	Text      string `json:"text,omitempty"`   // read
+	Truncated bool   `json:"truncated,omitempty"`
+	// Fields are the page's form fields and buttons (read), so the model
+	// can name one by selector.
+	Fields []BrowserField `json:"fields,omitempty"`
+	PNG    []byte         `json:"png,omitempty"` // screenshot
+	// Refused counts the connections the proxy refused during the action
+	// (private addresses, the control network, a sandbox...); RefusedTo
+	// names the last of them.
+	Refused   int      `json:"refused,omitempty"`
+	RefusedTo []string `json:"refused_to,omitempty"`
+}
+
+// BrowserField is one form field or button of a page.
+type BrowserField struct {
+	Selector string `json:"selector"`
+	Kind     string `json:"kind"` // input type, "button", "textarea", "select", "a"
+	Label    string `json:"label,omitempty"`
+}

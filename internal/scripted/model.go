@@ -138,6 +138,13 @@ var rules = []struct {
 		_ = json.Unmarshal([]byte(m[2]), &args)
 		return call(m[1], args)
 	}},
+	// The browser: "browse URL", or a browser tool with a JSON object of arguments or none.
+	{regexp.MustCompile(`^browse (\S+)$`), func(m []string) Reply { return call("browser_open", map[string]any{"url": m[1]}) }},
+	{regexp.MustCompile(`(?s)^browser (open|read|screenshot|click|type|upload|take_over|close)(?: (\{.*\}))?$`), func(m []string) Reply {
+		args := map[string]any{}
+		_ = json.Unmarshal([]byte(m[2]), &args)
+		return call("browser_"+m[1], args)
+	}},
 	{regexp.MustCompile(`(?s)^remind (at|in) (\S+): (.+)$`), func(m []string) Reply {
 		key := "after"
 		if m[1] == "at" {

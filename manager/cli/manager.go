@@ -23,12 +23,14 @@ import (
 	"github.com/affido/affido/internal/scripted"
 	"github.com/affido/affido/manager/agentclient"
 	"github.com/affido/affido/manager/agentdb"
+	"github.com/affido/affido/manager/browser"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/connectors"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/notify"
 	"github.com/affido/affido/manager/outbound"
+	"github.com/affido/affido/manager/provision"
 	"github.com/affido/affido/manager/registry"
 	"github.com/affido/affido/manager/server"
 	"github.com/affido/affido/migrations"
@@ -228,6 +230,19 @@ func serve(ctx context.Context) error {
 		Log: log,
 	}
 	conns.Notify = pub.ConnectorNotice
+	// The agents' browser: a sandbox per user, on Docker only (on
+	// Kubernetes the browser tools answer that there is none).
+	if docker, ok := eng.(*provision.Docker); ok {
+		browsers := browser.New(browser.Config{
+			Engine: docker.Browsers(provision.BrowserConfig{Image: cfg.BrowserImage, MemoryBytes: cfg.BrowserMemory,
+				NanoCPUs: int64(cfg.SandboxCPUs * 1e9), PidsLimit: 512}),
+			Dial: guard.DialContext, Transport: guard.Transport(gatewayapi.FetchTimeout),
+			IdlePause: cfg.IdlePause, IdleStop: cfg.IdleStop, IdleRemove: cfg.IdleRemove, Log: log,
+		})
+		defer browsers.Close()
+		go browsers.Run(work, cfg.Tick)
+		pub.Browser = browsers
+	}
 	pub.AgentStorage = agentStorage
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Mover: agentClient, Maker: agentStorage, Log: log}
 	errc := make(chan error, 2)

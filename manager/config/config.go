@@ -21,6 +21,8 @@ type Config struct {
 	AdminSocket      string                 // AFFIDO_ADMIN_SOCKET: admin API (a unix socket, mode 0600; never TCP)
 	Stack            string                 // AFFIDO_STACK: name prefix and label of Docker objects
 	AgentImage       string                 // AFFIDO_AGENT_IMAGE
+	BrowserImage     string                 // AFFIDO_BROWSER_IMAGE: the users' browser sandboxes (Docker runtime)
+	BrowserMemory    int64                  // AFFIDO_BROWSER_MEMORY_MB (MiB): one browser sandbox's memory
 	SandboxPool      netip.Prefix           // AFFIDO_SANDBOX_POOL
 	SubnetBits       int                    // AFFIDO_SANDBOX_SUBNET_BITS
 	SandboxProxy     string                 // AFFIDO_SANDBOX_PROXY: Caddy's sandbox-control listener
@@ -123,6 +125,8 @@ func Load() (Config, error) {
 		AdminSocket:      str("AFFIDO_ADMIN_SOCKET", "/run/affido/admin.sock"),
 		Stack:            str("AFFIDO_STACK", "affido"),
 		AgentImage:       str("AFFIDO_AGENT_IMAGE", "affido/agent:dev"),
+		BrowserImage:     str("AFFIDO_BROWSER_IMAGE", "affido/browser:dev"),
+		BrowserMemory:    num("AFFIDO_BROWSER_MEMORY_MB", 1024) << 20,
 		SubnetBits:       int(num("AFFIDO_SANDBOX_SUBNET_BITS", 28)),
 		SandboxProxy:     str("AFFIDO_SANDBOX_PROXY", "http://caddy:8081"),
 		ControlKey:       os.Getenv(sandboxapi.EnvControlKey),

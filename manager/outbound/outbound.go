@@ -105,18 +105,8 @@ func NewClient(cfg Config) *http.Client {
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: g.control}
-	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          20,
-		IdleConnTimeout:       30 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: timeout,
-	}
 	return &http.Client{
-		Transport: tr,
+		Transport: g.Transport(timeout),
 		Timeout:   timeout,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) > MaxRedirects {
@@ -127,6 +117,28 @@ func NewClient(cfg Config) *http.Client {
 			}
 			return nil
 		},
+	}
+}
+
+// DialContext dials address with every connection's address checked
+// when it is dialled (TCP only).
+func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second, Control: g.control}
+	return d.DialContext(ctx, network, address)
+}
+
+// Transport is the guarded client's transport: it dials with DialContext,
+// uses no proxy from the environment and follows no redirect (a client
+// does). headerTimeout bounds the wait for a response's headers.
+func (g *Guard) Transport(headerTimeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           g.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          20,
+		IdleConnTimeout:       30 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
 	}
 }
 

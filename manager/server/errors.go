@@ -81,6 +81,8 @@ func problemOf(err error) *problem.Error {
 		return problem.New(http.StatusBadRequest, "not-upgrade", err.Error())
 	case errors.Is(err, agentdb.ErrTooManyTunnels):
 		return problem.New(http.StatusTooManyRequests, "too-many-connections", err.Error()).Retry(1)
+	case browserProblem(err) != nil:
+		return browserProblem(err)
 	case errors.Is(err, outbound.ErrBadURL):
 		return problem.New(http.StatusBadRequest, "bad-url", "the notification URL must be an http or https URL")
 	case errors.Is(err, outbound.ErrRefused):

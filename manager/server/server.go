@@ -157,6 +157,9 @@ type GatewayDeps struct {
 	// the owner's /api/connectors with Accounts. Wire its Notify to
 	// ConnectorNotice.
 	Connectors *connectors.Service
+	// Browser, if set, runs the agents' browser actions: a browser
+	// sandbox per user (manager/browser). nil: no browser route.
+	Browser Browser
 	// AgentStorage hands a sandbox its user's Postgres storage credential
 	// and relays its connections to that database alone (manager/agentdb):
 	// for agents on Postgres (AFFIDO_AGENT_STORAGE=postgres, or moved
@@ -216,6 +219,9 @@ func (s *Server) Handler() http.Handler {
 	}
 	if s.Connectors != nil {
 		s.connectorGatewayRoutes(mux)
+	}
+	if s.Browser != nil {
+		mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.BrowserPath, s.serve(s.browserAction))
 	}
 	if s.MarketplaceDir != "" {
 		(&gateway.Marketplace{Dir: s.MarketplaceDir, Caller: s.caller}).Register(mux)

@@ -1,0 +1,64 @@
+package browserbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/affido/affido/internal/browserapi"
+)
+
+// receiveFile writes one file the manager sends (browser_upload, after the
+// owner allowed it) into UploadDir, and answers "ok" or the error.
+func receiveFile(st net.Conn) error {
+	defer st.Close()
+	r := bufio.NewReader(st)
+	name, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	name = strings.TrimSuffix(name, "\n")
+	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+		fmt.Fprintf(st, "bad name %q\n", name)
+		return fmt.Errorf("bad name %q", name)
+	}
+	path := filepath.Join(browserapi.UploadDir, name)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		fmt.Fprintf(st, "%v\n", err)
+		return err
+	}
+	n, err := io.Copy(f, io.LimitReader(r, browserapi.MaxUpload+1))
+	if err == nil && n > browserapi.MaxUpload {
+		err = errors.New("file too large")
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		fmt.Fprintf(st, "%v\n", err)
+		return err
+	}
+	_, err = io.WriteString(st, "ok\n")
+	return err
+}
+
+// Bridge joins standard input and output to the main process's socket:
+// the process the manager starts with exec for each session.
+func Bridge(in io.Reader, out io.Writer) error {
+	c, err := net.Dial("unix", browserapi.BridgeSocket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	done := make(chan error, 2)
+	go func() { _, err := io.Copy(c, in); done <- err }()
+	go func() { _, err := io.Copy(out, c); done <- err }()
+	return <-done
+}

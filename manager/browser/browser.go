@@ -1,0 +1,166 @@
+// Package browser is the agents' browser, held by the manager: one browser
+// sandbox per user (Debian's Chromium in a container on no network at all,
+// its profile on a volume of its own), driven over CDP (chromedp) on the
+// agent's behalf, whose every connection out arrives here and goes through
+// the guarded outbound client (the proxy: checked at dial time, for every
+// page, redirect, subresource and WebSocket alike). The sandbox is made on
+// the first browser tool call and follows the idle tiers of the agent
+// sandboxes: paused, stopped, removed; the profile stays.
+//
+// The agent decides nothing here: whether a call may run is its owner's
+// rules (agent/policy). This package refuses, whatever the rules, what no
+// rule may allow: typing into a password field, acting on a page of
+// another site than the one the call names.
+package browser
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Engine makes and runs the browser sandboxes (manager/provision's
+// Browsers on Docker).
+type Engine interface {
+	// Up makes sure the user's browser sandbox runs: made if missing,
+	// started or unpaused.
+	Up(ctx context.Context, user string) error
+	// Bridge starts a bridge in the running sandbox and returns its
+	// standard input and output (internal/browserapi).
+	Bridge(ctx context.Context, user string) (io.ReadWriteCloser, error)
+	Pause(ctx context.Context, user string) error
+	Stop(ctx context.Context, user string) error
+	// Remove removes the sandbox's container; its profile volume stays.
+	Remove(ctx context.Context, user string) error
+	// List returns the stack's browser sandboxes: user -> Docker state.
+	List(ctx context.Context) (map[string]string, error)
+}
+
+// Config is the service's.
+type Config struct {
+	Engine Engine
+	// Dial is the guarded dialer, Transport the guarded transport (it
+	// follows no redirect: the browser does, through the proxy again).
+	Dial      func(ctx context.Context, network, address string) (net.Conn, error)
+	Transport http.RoundTripper
+	// The idle tiers (0: never).
+	IdlePause, IdleStop, IdleRemove time.Duration
+	// Timeout bounds one operation (a page load, a click and what it
+	// starts); default 30 s.
+	Timeout time.Duration
+	Log     *slog.Logger
+	Now     func() time.Time
+}
+
+// Errors the gateway maps to problem responses.
+var (
+	ErrBadRequest = errors.New("bad browser request")
+	ErrNoPage     = errors.New("no page is open")
+	ErrOtherSite  = errors.New("the page is on another site")
+	ErrPassword   = errors.New("typing into a password field is refused")
+	ErrNoElement  = errors.New("no such element")
+	ErrBrowser    = errors.New("the browser sandbox failed")
+)
+
+// Service is every user's browser.
+type Service struct {
+	cfg Config
+
+	mu    sync.Mutex
+	users map[string]*userState
+}
+
+// userState is one user's browser: one operation at a time.
+type userState struct {
+	op      sync.Mutex // held through an operation, and by the sweeper
+	sess    *session
+	lastUse time.Time
+	tier    tier
+	refused *refusals
+}
+
+type tier int
+
+const (
+	tierUp tier = iota
+	tierPaused
+	tierStopped
+	tierRemoved
+)
+
+// New returns the service.
+func New(cfg Config) *Service {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{cfg: cfg, users: map[string]*userState{}}
+}
+
+func (s *Service) user(id string) *userState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.users[id]
+	if u == nil {
+		u = &userState{tier: tierRemoved, refused: &refusals{}}
+		s.users[id] = u
+	}
+	return u
+}
+
+// Close ends every session (the sandboxes stay as they are).
+func (s *Service) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, u := range s.users {
+		if u.sess != nil {
+			u.sess.close()
+			u.sess = nil
+		}
+	}
+}
+
+// refusals keeps the last addresses the proxy refused for a user.
+type refusals struct {
+	mu   sync.Mutex
+	list []string
+	n    int
+}
+
+func (r *refusals) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	r.list = append(r.list, s)
+	if len(r.list) > 20 {
+		r.list = r.list[len(r.list)-20:]
+	}
+}
+
+// since returns how many were refused after mark, and the latest ones.
+func (r *refusals) since(mark int) (int, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.n - mark
+	l := r.list
+	if n < len(l) {
+		l = l[len(l)-n:]
+	}
+	return n, append([]string(nil), l...)
+}
+
+func (r *refusals) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}

@@ -1,0 +1,210 @@
+package browser
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/chromedp"
+	"github.com/hashicorp/yamux"
+
+	"github.com/affido/affido/internal/browserapi"
+)
+
+// session is the manager's connection to one running browser sandbox:
+// the bridge's yamux session, the CDP stream over it, and a tab per agent.
+type session struct {
+	mux    *yamux.Session
+	root   context.Context // holds the browser (its own blank tab)
+	cancel context.CancelFunc
+	tabs   map[string]*tab
+}
+
+type tab struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// attach is a chromedp allocator for a browser that runs already, over a
+// transport of our own (the CDP stream).
+type attach struct{ tr chromedp.Transport }
+
+func (a attach) Allocate(ctx context.Context, opts ...chromedp.BrowserOption) (*chromedp.Browser, error) {
+	return chromedp.NewBrowserTransport(ctx, a.tr, opts...)
+}
+func (attach) Wait()          {}
+func (attach) Attaches() bool { return true }
+
+func (s *session) alive() bool {
+	if s == nil {
+		return false
+	}
+	select {
+	case <-s.mux.CloseChan():
+		return false
+	case <-s.root.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *session) close() {
+	for _, t := range s.tabs {
+		t.cancel()
+	}
+	s.cancel()
+	s.mux.Close()
+}
+
+// ensure brings the user's sandbox up and connects to it, unless a live
+// session is there. Caller holds u.op.
+func (s *Service) ensure(ctx context.Context, user string, u *userState) (*session, error) {
+	if u.sess.alive() {
+		return u.sess, nil
+	}
+	if u.sess != nil {
+		u.sess.close()
+		u.sess = nil
+	}
+	if err := s.cfg.Engine.Up(ctx, user); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBrowser, err)
+	}
+	u.tier = tierUp
+	sess, err := s.connect(ctx, user, u)
+	if err != nil {
+		return nil, err
+	}
+	u.sess = sess
+	return sess, nil
+}
+
+// connect starts a bridge (polling until the sandbox's main process
+// answers: it listens a moment after the container starts), serves the
+// proxy streams the sandbox opens, and attaches chromedp to the CDP stream.
+func (s *Service) connect(ctx context.Context, user string, u *userState) (*session, error) {
+	deadline := time.Now().Add(s.cfg.Timeout)
+	var mux *yamux.Session
+	var last error
+	for {
+		conn, err := s.cfg.Engine.Bridge(ctx, user)
+		if err == nil {
+			mux, err = yamux.Client(conn, browserapi.Session())
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err = ping(pctx, mux)
+				cancel()
+				if err == nil {
+					break
+				}
+				mux.Close()
+			} else {
+				conn.Close()
+			}
+		}
+		last = err
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: no bridge to %s's browser: %v", ErrBrowser, user, last)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+	life, stop := context.WithCancel(context.Background())
+	go func() {
+		<-mux.CloseChan()
+		stop()
+	}()
+	go s.acceptProxy(life, user, u, mux)
+
+	st, err := mux.Open()
+	if err == nil {
+		_, err = st.Write([]byte{browserapi.StreamCDP})
+	}
+	if err != nil {
+		stop()
+		mux.Close()
+		return nil, fmt.Errorf("%w: open the CDP stream: %v", ErrBrowser, err)
+	}
+	actx, _ := chromedp.NewAllocatorContext(life, attach{chromedp.NewPipeConn(st, st)})
+	root, cancel := chromedp.NewContext(actx, chromedp.WithLogf(func(string, ...any) {}), chromedp.WithErrorf(func(string, ...any) {}))
+	rctx, rcancel := context.WithTimeout(root, s.cfg.Timeout)
+	defer rcancel()
+	// Downloads go nowhere: a file lands in the workspace only through a
+	// tool call the owner allowed, never by a page's say-so.
+	err = chromedp.Do(rctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := cdp.Call(ctx, chromedp.FromContext(ctx).Browser, cdpbrowser.SetDownloadBehavior,
+			cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny})
+		return err
+	}))
+	if err != nil {
+		cancel()
+		stop()
+		mux.Close()
+		return nil, fmt.Errorf("%w: attach to the browser: %v", ErrBrowser, err)
+	}
+	return &session{mux: mux, root: root, cancel: func() { cancel(); stop() }, tabs: map[string]*tab{}}, nil
+}
+
+// ping waits for the other end of mux to answer.
+func ping(ctx context.Context, mux *yamux.Session) error {
+	done := make(chan error, 1)
+	go func() { _, err := mux.Ping(); done <- err }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// acceptProxy serves the streams the sandbox opens: one per connection
+// Chromium makes to its proxy.
+func (s *Service) acceptProxy(ctx context.Context, user string, u *userState, mux *yamux.Session) {
+	for {
+		st, err := mux.Accept()
+		if err != nil {
+			return
+		}
+		go func(st net.Conn) {
+			var kind [1]byte
+			if _, err := io.ReadFull(st, kind[:]); err != nil || kind[0] != browserapi.StreamProxy {
+				st.Close()
+				return
+			}
+			s.serveProxy(ctx, user, u, st)
+		}(st)
+	}
+}
+
+// sendFile writes one file into the sandbox's upload directory.
+func sendFile(mux *yamux.Session, name string, data []byte) error {
+	st, err := mux.Open()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := st.Write(append([]byte{browserapi.StreamFile}, []byte(name+"\n")...)); err != nil {
+		return err
+	}
+	if _, err := st.Write(data); err != nil {
+		return err
+	}
+	if err := st.Close(); err != nil { // yamux: a half close; the answer still comes
+		return err
+	}
+	answer, err := io.ReadAll(io.LimitReader(st, 512))
+	if err != nil {
+		return err
+	}
+	if string(answer) != "ok\n" {
+		return fmt.Errorf("%w: upload: %s", ErrBrowser, answer)
+	}
+	return nil
+}
