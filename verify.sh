@@ -202,11 +202,12 @@ step_soak_mutation() {
 
 # step_docker_contract runs the engine contract suite (the one the
 # Kubernetes step runs against the API server) against the real Docker
-# engine, with the agent image the e2e step built.
+# engine, with the agent image the e2e step built, and the browser sandbox
+# (Chromium behind the guarded proxy) with its image.
 step_docker_contract() {
-  echo "==> engine contract suite on Docker (manager/provision)"
+  echo "==> engine contract suite and the browser sandbox on Docker (manager/provision)"
   local rc=0
-  AFFIDO_TEST_DOCKER=1 go test -race -count=1 -timeout 15m -v -run '^TestContractDocker$' ./manager/provision/ >"$LOG/contract-docker.log" 2>&1 || rc=$?
+  AFFIDO_TEST_DOCKER=1 go test -race -count=1 -timeout 15m -v -run '^(TestContractDocker|TestBrowserSandboxOnDocker)$' ./manager/provision/ >"$LOG/contract-docker.log" 2>&1 || rc=$?
   report_go "$LOG/contract-docker.log" "$rc" "the Docker contract suite"
 }
 

@@ -62,3 +62,40 @@ func Bridge(in io.Reader, out io.Writer) error {
 	go func() { _, err := io.Copy(out, c); done <- err }()
 	return <-done
 }
+
+// saveCookies replaces the cookie file with what the stream carries,
+// synced before it answers "ok".
+func saveCookies(st net.Conn) error {
+	defer st.Close()
+	tmp := browserapi.CookieFile + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, io.LimitReader(st, browserapi.MaxCookies+1))
+	if err == nil && n > browserapi.MaxCookies {
+		err = errors.New("cookies too large")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, browserapi.CookieFile)
+	}
+	if err == nil {
+		if d, derr := os.Open(browserapi.ProfileDir); derr == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+		fmt.Fprintf(st, "%v\n", err)
+		return err
+	}
+	_, err = io.WriteString(st, "ok\n")
+	return err
+}

@@ -44,7 +44,11 @@ func Flags() []string {
 		"--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--disable-extensions", "--disable-breakpad", "--disable-crash-reporter",
-		"--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication",
+		// Nothing of Chromium's own reaches out (update checks, safe
+		// browsing, time queries, metrics): only what pages load.
+		"--disable-client-side-phishing-detection", "--disable-default-apps", "--disable-domain-reliability",
+		"--no-pings", "--safebrowsing-disable-auto-update", "--metrics-recording-only", "--disable-field-trial-config",
+		"--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying,CertificateTransparencyComponentUpdater,SafeBrowsing,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,PushMessaging",
 		"--password-store=basic", "--mute-audio", "--hide-scrollbars", "--window-size=1280,900",
 		"about:blank",
 	}
@@ -183,6 +187,14 @@ func (b *box) stream(st net.Conn) {
 		if err := receiveFile(st); err != nil {
 			slog.Warn("browser: upload", "err", err)
 		}
+	case browserapi.StreamSaveCookies:
+		if err := saveCookies(st); err != nil {
+			slog.Warn("browser: save cookies", "err", err)
+		}
+	case browserapi.StreamLoadCookies:
+		b, _ := os.ReadFile(browserapi.CookieFile)
+		_, _ = st.Write(b)
+		st.Close()
 	default:
 		st.Close()
 	}

@@ -19,7 +19,8 @@
 //	                        /page… answers an HTML page (with an instruction in it) for fetch_url;
 //	                        /note… answers a text page with a "note owner: …" line (which steers
 //	                        the scripted model into write_note);
-//	                        /push… answers 201 and logs the body in base64 (a Web Push)
+//	                        /push… answers 201 and logs the body in base64 (a Web Push);
+//	                        /site/… is the test site the agent's browser visits (site.go)
 //	probe -sink ADDR -mcp ADDR2
 //	                        the sink, and the test MCP server on ADDR2 (see mcp.go)
 //	probe -sql DB STATEMENT run one SQL statement against the SQLite database DB beside
@@ -52,6 +53,10 @@ func sink(addr string) {
 			w.WriteHeader(http.StatusCreated)
 		}
 		enc.Encode(line)
+		if strings.HasPrefix(r.URL.Path, "/site/") {
+			site(w, r)
+			return
+		}
 		if strings.HasPrefix(r.URL.Path, "/fail") {
 			http.Error(w, "failing on purpose", 500)
 		}

@@ -45,6 +45,23 @@ const (
 	StreamFile byte = 'F'
 )
 
+// The sandbox keeps the cookies the manager hands it (a file on the
+// profile volume, replaced whole and synced): Chromium writes its own
+// cookie store only every half a minute or so, and a sandbox killed
+// before that must still come back signed in.
+const (
+	// StreamSaveCookies (opened by the manager): the cookies, as the
+	// manager serialized them, until the stream ends; answered "ok\n".
+	StreamSaveCookies byte = 'K'
+	// StreamLoadCookies (opened by the manager): answered with the saved
+	// cookies (nothing if none).
+	StreamLoadCookies byte = 'R'
+	// CookieFile is where they are kept.
+	CookieFile = ProfileDir + "/affido-cookies.json"
+	// MaxCookies bounds the file.
+	MaxCookies = 4 << 20
+)
+
 // MaxUpload bounds one StreamFile.
 const MaxUpload = 16 << 20
 

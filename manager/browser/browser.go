@@ -82,6 +82,10 @@ type userState struct {
 	lastUse time.Time
 	tier    tier
 	refused *refusals
+	// lastURL is each agent's tab's page after its last action: a tab
+	// lost with its sandbox (paused, stopped, removed, killed) opens there
+	// again, with the profile's cookies.
+	lastURL map[string]string
 }
 
 type tier int
@@ -112,7 +116,7 @@ func (s *Service) user(id string) *userState {
 	defer s.mu.Unlock()
 	u := s.users[id]
 	if u == nil {
-		u = &userState{tier: tierRemoved, refused: &refusals{}}
+		u = &userState{tier: tierRemoved, refused: &refusals{}, lastURL: map[string]string{}}
 		s.users[id] = u
 	}
 	return u

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/affido/affido/internal/browserapi"
@@ -32,6 +34,7 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 	defer cancel()
 
 	if req.Action == gatewayapi.BrowserClose {
+		delete(u.lastURL, req.Agent)
 		if u.sess.alive() {
 			if t := u.sess.tabs[req.Agent]; t != nil {
 				t.cancel()
@@ -45,11 +48,22 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		return gatewayapi.BrowserPage{}, err
 	}
 	t := sess.tabs[req.Agent]
+	reopen := ""
 	if t == nil {
-		if req.Action != gatewayapi.BrowserOpen {
-			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: call browser_open first (the browser restarted, or no page was opened)", ErrNoPage)
+		reopen = u.lastURL[req.Agent]
+		if req.Action != gatewayapi.BrowserOpen && reopen == "" {
+			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: call browser_open first", ErrNoPage)
 		}
 		tctx, tcancel := chromedp.NewContext(sess.root)
+		// The first run makes the tab for as long as tctx lives: it must
+		// have no deadline of its own (a timer ends tctx instead).
+		timer := time.AfterFunc(s.cfg.Timeout, tcancel)
+		err := chromedp.Do(tctx)
+		timer.Stop()
+		if err != nil {
+			tcancel()
+			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: open a tab: %v", ErrBrowser, err)
+		}
 		t = &tab{ctx: tctx, cancel: tcancel}
 		sess.tabs[req.Agent] = t
 	}
@@ -58,6 +72,12 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 	defer acancel()
 	stop := context.AfterFunc(ctx, acancel)
 	defer stop()
+	if reopen != "" && req.Action != gatewayapi.BrowserOpen {
+		// The tab went with its sandbox: open it again where it was.
+		if err := navigate(actx, reopen); err != nil {
+			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: reopen %s after the browser restarted: %v", ErrBrowser, reopen, err)
+		}
+	}
 
 	page, err := s.act(actx, sess, req)
 	if err != nil && !errors.Is(err, ErrPassword) && !errors.Is(err, ErrOtherSite) && !errors.Is(err, ErrNoElement) && !errors.Is(err, ErrBadRequest) && !sess.alive() {
@@ -65,6 +85,14 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 	}
 	if page.URL == "" && err == nil {
 		page.URL, _ = chromedp.Run(actx, chromedp.Location())
+	}
+	if err == nil && page.URL != "" && page.URL != "about:blank" {
+		u.lastURL[req.Agent] = page.URL
+	}
+	if err == nil && sess.alive() {
+		if cerr := s.saveCookies(ctx, sess); cerr != nil {
+			s.cfg.Log.Warn("browser: save the cookies", "user", user, "err", cerr)
+		}
 	}
 	page.Refused, page.RefusedTo = u.refused.since(mark)
 	return page, err
@@ -143,13 +171,10 @@ func (s *Service) act(ctx context.Context, sess *session, req gatewayapi.Browser
 	var page gatewayapi.BrowserPage
 	switch req.Action {
 	case gatewayapi.BrowserOpen:
-		resp, err := chromedp.RunResponse(ctx, chromedp.Navigate(req.URL))
-		if err != nil {
-			return page, fmt.Errorf("open %s: %w", req.URL, err)
+		if err := navigate(ctx, req.URL); err != nil {
+			return page, err
 		}
-		if resp != nil {
-			page.Status = int(resp.Status)
-		}
+		page.Status, _ = chromedp.Run(ctx, chromedp.Evaluate[int](`(performance.getEntriesByType('navigation')[0] || {}).responseStatus || 0`))
 		page.Title, _ = chromedp.Run(ctx, chromedp.Title())
 		return page, nil
 	case gatewayapi.BrowserRead:
@@ -236,6 +261,46 @@ func firstOf(a, b string) string {
 	return b
 }
 
+// navigate loads url in the tab and waits for its document to be parsed,
+// and (within a bound) for its subresources: a page that never finishes
+// loading (a tarpit) does not hold the call.
+func navigate(ctx context.Context, url string) error {
+	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		res, err := cdp.Call(ctx, t, cdppage.Navigate, cdppage.NavigateParams{URL: url})
+		if err != nil {
+			return err
+		}
+		if res.ErrorText != "" {
+			return fmt.Errorf("%s", res.ErrorText)
+		}
+		return nil
+	}))
+	if err != nil {
+		return fmt.Errorf("open %s: %w", url, err)
+	}
+	if err := until(ctx, `document.readyState !== "loading" && location.href !== "about:blank"`); err != nil {
+		return fmt.Errorf("open %s: %w", url, err)
+	}
+	settle(ctx)
+	return nil
+}
+
+// until evaluates expr in the page every 100 ms until it is true or ctx
+// ends. An evaluation that fails (the document changed under it) is
+// tried again.
+func until(ctx context.Context, expr string) error {
+	for {
+		if ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr)); err == nil && ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // settle waits, within a bound, for what a click or a submit started: a
 // navigation to be loaded.
 func settle(ctx context.Context) {
@@ -243,7 +308,7 @@ func settle(ctx context.Context) {
 	defer cancel()
 	// A new document starts "loading"; give it a moment to start, then
 	// wait for it to be complete.
-	_, _ = chromedp.Run(sctx, chromedp.Poll[bool](`document.readyState === "complete"`, chromedp.WithPollingInterval(100*time.Millisecond)))
+	_ = until(sctx, `document.readyState === "complete"`)
 }
 
 // read is the page's text (outside text, capped) and its fields.

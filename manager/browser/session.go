@@ -9,6 +9,7 @@ import (
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/hashicorp/yamux"
 
@@ -22,6 +23,8 @@ type session struct {
 	root   context.Context // holds the browser (its own blank tab)
 	cancel context.CancelFunc
 	tabs   map[string]*tab
+	// cookies is the sha256 of the cookies the sandbox keeps.
+	cookies [32]byte
 }
 
 type tab struct {
@@ -133,8 +136,11 @@ func (s *Service) connect(ctx context.Context, user string, u *userState) (*sess
 	}
 	actx, _ := chromedp.NewAllocatorContext(life, attach{chromedp.NewPipeConn(st, st)})
 	root, cancel := chromedp.NewContext(actx, chromedp.WithLogf(func(string, ...any) {}), chromedp.WithErrorf(func(string, ...any) {}))
-	rctx, rcancel := context.WithTimeout(root, s.cfg.Timeout)
-	defer rcancel()
+	// The first run attaches the browser for as long as root lives: it
+	// must have no deadline of its own (a timer ends root instead).
+	rctx := root
+	timer := time.AfterFunc(s.cfg.Timeout, cancel)
+	defer timer.Stop()
 	// Downloads go nowhere: a file lands in the workspace only through a
 	// tool call the owner allowed, never by a page's say-so.
 	err = chromedp.Do(rctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
@@ -148,7 +154,12 @@ func (s *Service) connect(ctx context.Context, user string, u *userState) (*sess
 		mux.Close()
 		return nil, fmt.Errorf("%w: attach to the browser: %v", ErrBrowser, err)
 	}
-	return &session{mux: mux, root: root, cancel: func() { cancel(); stop() }, tabs: map[string]*tab{}}, nil
+	closeOrphans(rctx)
+	sess := &session{mux: mux, root: root, cancel: func() { cancel(); stop() }, tabs: map[string]*tab{}}
+	if err := s.loadCookies(rctx, sess); err != nil {
+		s.cfg.Log.Warn("browser: load the saved cookies", "user", user, "err", err)
+	}
+	return sess, nil
 }
 
 // ping waits for the other end of mux to answer.
@@ -207,4 +218,22 @@ func sendFile(mux *yamux.Session, name string, data []byte) error {
 		return fmt.Errorf("%w: upload: %s", ErrBrowser, answer)
 	}
 	return nil
+}
+
+// closeOrphans closes the tabs an earlier session left (it was paused, or
+// the manager restarted): each agent's tab opens again at its last page.
+func closeOrphans(ctx context.Context) {
+	c := chromedp.FromContext(ctx)
+	if c == nil || c.Browser == nil || c.Target == nil {
+		return
+	}
+	infos, err := chromedp.Targets(ctx)
+	if err != nil {
+		return
+	}
+	for _, in := range infos {
+		if in.Type == "page" && in.TargetID != c.Target.TargetID {
+			_, _ = cdp.Call(ctx, c.Browser, target.CloseTarget, target.CloseTargetParams{TargetID: in.TargetID})
+		}
+	}
 }

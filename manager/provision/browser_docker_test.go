@@ -1,0 +1,169 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/affido/affido/internal/gatewayapi"
+	"github.com/affido/affido/manager/browser"
+	"github.com/affido/affido/manager/outbound"
+)
+
+// The agents' browser against the real thing: Debian's Chromium in a
+// browser sandbox on Docker (affido/browser:dev), driven over the bridge,
+// reaching a test site through the manager's guarded proxy and nothing
+// else. The test site listens on this process's loopback, which the guard
+// is told to allow, as the e2e stack allows its test site.
+func TestBrowserSandboxOnDocker(t *testing.T) {
+	if os.Getenv("AFFIDO_TEST_DOCKER") != "1" {
+		t.Skip("set AFFIDO_TEST_DOCKER=1 to run the browser sandbox against Docker")
+	}
+	image := cmpOr(os.Getenv("AFFIDO_BROWSER_IMAGE"), "affido/browser:dev")
+	stack := fmt.Sprintf("affidobt%d", time.Now().UnixNano()%100000)
+	d, err := NewDocker(Config{Stack: stack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if _, err := d.cli.ImageInspect(ctx, image); err != nil {
+		t.Fatalf("the browser image %s: %v (./dev.sh build makes it)", image, err)
+	}
+	eng := d.Browsers(BrowserConfig{Image: image, MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 512})
+	user := "alice"
+	t.Cleanup(func() {
+		_ = eng.Remove(context.Background(), user)
+		_, _ = d.cli.VolumeRemove(context.Background(), eng.ProfileVolume(user), client.VolumeRemoveOptions{Force: true})
+	})
+
+	var hits []string
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits = append(hits, r.URL.Path)
+		w.Header().Set("Content-Type", "text/html")
+		switch r.URL.Path {
+		case "/hostile":
+			fmt.Fprint(w, `<title>Hostile</title><h1>Hostile</h1><img src="http://127.0.0.2:8080/a.png"><img src="http://10.255.255.1/b.png">`+
+				`<iframe src="/redirect"></iframe><script>fetch("http://169.254.169.254/latest").catch(()=>{})</script>`)
+		case "/redirect":
+			http.Redirect(w, r, "http://192.168.77.7/inner", http.StatusFound)
+		case "/remember":
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: "bob", Path: "/", MaxAge: 3600})
+			http.Redirect(w, r, "/account", http.StatusSeeOther)
+		case "/account":
+			if c, err := r.Cookie("session"); err == nil {
+				fmt.Fprintf(w, "<title>Account</title><h1>Signed in as %s</h1>", c.Value)
+				return
+			}
+			fmt.Fprint(w, "<title>Account</title><h1>Please sign in</h1>")
+		case "/login":
+			fmt.Fprint(w, `<title>Sign in</title><input id="user"><input id="pw" type="password"><button id="go">Go</button>`)
+		default:
+			fmt.Fprint(w, "<title>Home</title><h1>Home</h1>")
+		}
+	}))
+	defer site.Close()
+	g := outbound.NewGuard(outbound.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	svc := browser.New(browser.Config{Engine: eng, Dial: g.DialContext, Transport: g.Transport(10 * time.Second),
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)), Timeout: 60 * time.Second})
+	defer svc.Close()
+	do := func(req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error) {
+		t.Helper()
+		req.Agent = "main"
+		return svc.Do(ctx, user, req)
+	}
+	mustDo := func(req gatewayapi.BrowserRequest) gatewayapi.BrowserPage {
+		t.Helper()
+		p, err := do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", req.Action, err)
+		}
+		return p
+	}
+
+	start := time.Now()
+	p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/"})
+	if p.Status != 200 || p.Title != "Home" {
+		t.Fatalf("open: %+v", p)
+	}
+	t.Logf("first page in a new browser sandbox: %v", time.Since(start))
+
+	// The sandbox: no network, no capability, read-only, not root.
+	res, err := d.cli.ContainerInspect(ctx, eng.container(user), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := res.Container.HostConfig
+	if string(hc.NetworkMode) != "none" || !hc.ReadonlyRootfs || len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" || res.Container.Config.User != "10001:10001" {
+		t.Fatalf("browser sandbox: network %s, read-only %v, cap-drop %v, user %q", hc.NetworkMode, hc.ReadonlyRootfs, hc.CapDrop, res.Container.Config.User)
+	}
+
+	// A page reaching inward: every such load is refused by the guard.
+	p = mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/hostile"})
+	refused := strings.Join(p.RefusedTo, " ")
+	for _, inward := range []string{"127.0.0.2", "10.255.255.1", "192.168.77.7", "169.254.169.254"} {
+		if !strings.Contains(refused, inward) {
+			// The script's fetch may still be on its way: read again.
+			p2 := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead})
+			refused += " " + strings.Join(p2.RefusedTo, " ")
+		}
+		if !strings.Contains(refused, inward) {
+			t.Fatalf("no refusal of %s recorded: %q", inward, refused)
+		}
+	}
+
+	// Reading, and what no rule can allow.
+	p = mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/login"})
+	p = mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead})
+	if !strings.Contains(fmt.Sprint(p.Fields), "#pw") {
+		t.Fatalf("fields: %+v", p.Fields)
+	}
+	if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/login", Selector: "#pw", Text: "hunter2"}); !errors.Is(err, browser.ErrPassword) {
+		t.Fatalf("typing a password: %v", err)
+	}
+	if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: "https://bank.example/login", Selector: "#user", Text: "x"}); !errors.Is(err, browser.ErrOtherSite) {
+		t.Fatalf("acting on a page under another site's name: %v", err)
+	}
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/login", Selector: "#user", Text: "bob"})
+
+	// A sign-in outlives a kill of the sandbox: the tab opens again at its
+	// page, with the cookie.
+	p = mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/remember"})
+	if p.Title != "Account" {
+		t.Fatalf("after /remember: %+v", p)
+	}
+	if err := eng.Kill(ctx, user); err != nil {
+		t.Fatal(err)
+	}
+	p = mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead})
+	if !strings.Contains(p.Text, "Signed in as bob") {
+		t.Fatalf("after a kill: %q", p.Text)
+	}
+
+	shot := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserScreenshot})
+	if len(shot.PNG) < 100 || string(shot.PNG[1:4]) != "PNG" {
+		t.Fatalf("screenshot: %d bytes", len(shot.PNG))
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// testWriter sends the service's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
