@@ -48,7 +48,9 @@ func Flags() []string {
 		// browsing, time queries, metrics): only what pages load.
 		"--disable-client-side-phishing-detection", "--disable-default-apps", "--disable-domain-reliability",
 		"--no-pings", "--safebrowsing-disable-auto-update", "--metrics-recording-only", "--disable-field-trial-config",
-		"--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying,CertificateTransparencyComponentUpdater,SafeBrowsing,InterestFeedContentSuggestions,CalculateNativeWinOcclusion,PushMessaging",
+		"--no-service-autorun", "--dns-prefetch-disable", "--disable-search-engine-choice-screen", "--disable-gaia-services", "--variations-server-url=data:,",
+		"--google-base-url=data:,", "--gcm-checkin-url=data:,", "--gcm-mcs-endpoint=data:,", "--gcm-registration-url=data:,",
+		"--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,NetworkTimeServiceQuerying,CertificateTransparencyComponentUpdater,SafeBrowsing,InterestFeedContentSuggestions,PushMessaging,DnsOverHttps,HttpsUpgrades,MediaDrmPreprovisioning,AutofillEnableAccountWalletStorage,PreconnectToSearch,NetworkPrediction",
 		"--password-store=basic", "--mute-audio", "--hide-scrollbars", "--window-size=1280,900",
 		"about:blank",
 	}

@@ -369,6 +369,9 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 		if q.Tool.ActsOnPage {
 			v.Reason = q.Tool.Name + " acts on a page the agent opened, allowed until a page's text is in the context"
 		}
+		if q.Tool.AlwaysAsk {
+			v.Reason = q.Tool.Name + " always asks the owner: no rule can allow it"
+		}
 	}
 	// The owner let the agent act on this site: a rule of theirs with the
 	// page's host allows it, outside text or not.

@@ -80,7 +80,7 @@ func TestBrowserUploadAlwaysAsks(t *testing.T) {
 	if v := judge(t, store, book, stored, bUpload, up, false); v.Effect != durable.Ask {
 		t.Fatalf("upload with an allow rule: %+v", v)
 	}
-	if v := judge(t, store, book, nil, bUpload, up, false); v.Effect != durable.Ask {
+	if v := judge(t, store, book, nil, bUpload, up, false); v.Effect != durable.Ask || !strings.Contains(v.Reason, "always asks") {
 		t.Fatalf("upload without a rule: %+v", v)
 	}
 	if _, err := book.ruleOf(Request{Tool: "browser_upload", Effect: durable.Allow, When: map[string]string{"host": "shop.example"}}); err == nil {

@@ -28,6 +28,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -54,6 +55,7 @@ func sink(addr string) {
 		}
 		enc.Encode(line)
 		if strings.HasPrefix(r.URL.Path, "/site/") {
+			r.Body = io.NopCloser(bytes.NewReader(b)) // read above, for the log
 			site(w, r)
 			return
 		}
