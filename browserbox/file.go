@@ -23,9 +23,16 @@ func receiveFile(st net.Conn) error {
 		return err
 	}
 	name = strings.TrimSuffix(name, "\n")
-	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") || strings.ContainsAny(name, "\r\x00") {
 		fmt.Fprintf(st, "bad name %q\n", name)
 		return fmt.Errorf("bad name %q", name)
+	}
+	// One file at a time: the last upload's is gone before the next comes,
+	// so a page cannot be handed an earlier one later.
+	if old, _ := os.ReadDir(browserapi.UploadDir); len(old) > 0 {
+		for _, e := range old {
+			os.Remove(filepath.Join(browserapi.UploadDir, e.Name()))
+		}
 	}
 	path := filepath.Join(browserapi.UploadDir, name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)

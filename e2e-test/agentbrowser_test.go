@@ -77,7 +77,7 @@ func TestAgentBrowserAsksAndIsFenced(t *testing.T) {
 	if s := decide(t, user, tok, a.ID, `{"decision":"allow_always"}`); s.Status != "done" || !strings.Contains(s.Reply, "status 200") {
 		t.Fatalf("after allow always: %+v", s)
 	}
-	if r := prompt(t, user, tok, map[string]any{"text": "browse " + site + "/account"}); r.Status != "done" || !strings.Contains(r.Reply, "Account") {
+	if r := prompt(t, user, tok, map[string]any{"text": "browse " + site + "/account"}); r.Status != "done" || !strings.Contains(r.Reply, "status 200") {
 		t.Fatalf("a second page of the allowed site: %+v", r)
 	}
 	browserBox := stack + "-" + user + "-browser"
@@ -116,7 +116,7 @@ func TestAgentBrowserAsksAndIsFenced(t *testing.T) {
 		waitUntil(t, 30*time.Second, "the proxy's refusal of "+what, func() bool {
 			out, _ := dockerTry("logs", managerName())
 			for _, line := range strings.Split(out, "\n") {
-				if strings.Contains(line, "browser proxy refused") && strings.Contains(line, `"user":"`+user+`"`) && strings.Contains(line, host) {
+				if strings.Contains(line, "browser proxy refused") && strings.Contains(line, `"user":"`+user+`"`) && strings.Contains(line, `"target":"`+host) {
 					return true
 				}
 			}
@@ -142,8 +142,16 @@ func TestAgentBrowserAsksAndIsFenced(t *testing.T) {
 		t.Fatalf("deny: %+v", d)
 	}
 	mustPost(t, user, tok, "/rules", fmt.Sprintf(`{"tool":"browser_click","effect":"allow","when":{"host":%q}}`, sinkIP), 201)
-	if s := browserPrompt(t, user, tok, "click", click); s.Status != "done" || !strings.Contains(s.Reply, "/site/bought") {
+	if s := browserPrompt(t, user, tok, "click", click); s.Status != "done" || !strings.Contains(s.Reply, "clicked") {
 		t.Fatalf("a click on the site the owner let the agent act on: %+v", s)
+	}
+	browserPrompt(t, user, tok, "read", nil)
+	var bought bool
+	for _, e := range inspectOf(t, user, tok).Entries.Items {
+		bought = bought || (e.Kind == "outside_text" && strings.Contains(e.Text, "You bought it"))
+	}
+	if !bought {
+		t.Fatal("the click did not reach /site/bought")
 	}
 
 	// 4. Typing into a password field is refused whatever the rules say.

@@ -37,9 +37,11 @@ const BrowserTimeout = 90 * time.Second
 //     on that site (a rule with its host); the manager refuses typing into
 //     a password field whatever the rules, and acting on a page of another
 //     host than the call's url;
-//   - browser_upload always asks (no rule can allow it);
-//   - browser_take_over always asks: the owner signs in from the app's live
-//     view and hands the browser back by allowing it.
+//   - browser_upload always asks (no rule can allow it).
+//
+// Everything the page says (its title and address included) reaches the
+// model only through browser_read, as outside text; the other tools'
+// results hold none of it (the trace keeps the address and title).
 func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Tool {
 	call := func(ctx context.Context, req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error) {
 		ctx, cancel := context.WithTimeout(ctx, BrowserTimeout)
@@ -62,7 +64,7 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				out := fmt.Sprintf("opened %s: status %d, title %q.%s Read it with browser_read.", p.URL, p.Status, p.Title, refusedNote(p))
+				out := fmt.Sprintf("opened the page: status %d.%s Read it with browser_read.", p.Status, refusedNote(p))
 				return durable.ToolResult{Output: out, IsError: p.Status >= 400, Data: pageData("browser_open", p)}, nil
 			},
 		},
@@ -88,10 +90,11 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 						fmt.Fprintf(&b, "- %s (%s) %s\n", f.Selector, f.Kind, f.Label)
 					}
 				}
+				b.WriteString("\n\n(address: " + capField(p.URL) + ")")
 				text, cut := capText(b.String())
 				sum := sha256.Sum256([]byte(text))
 				data := pageData("browser_read", p, "sha256", hex.EncodeToString(sum[:]), "truncated", p.Truncated || cut, "source", p.URL)
-				out := fmt.Sprintf("the page %s (%q) follows as outside text.%s", p.URL, p.Title, refusedNote(p))
+				out := fmt.Sprintf("the page (%d bytes of text, %d fields) follows as outside text.%s", len(p.Text), len(p.Fields), refusedNote(p))
 				return durable.ToolResult{Output: out, Data: data, Outside: &durable.Outside{Text: text, Data: data}}, nil
 			},
 		},
@@ -110,7 +113,7 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				return durable.ToolResult{Output: fmt.Sprintf("saved a screenshot of %s as %s (%d bytes)", p.URL, name, n),
+				return durable.ToolResult{Output: fmt.Sprintf("saved a screenshot of the tab's page as %s (%d bytes)", name, n),
 					Data: pageData("browser_screenshot", gatewayapi.BrowserPage{URL: p.URL, Title: p.Title}, "file", name)}, nil
 			},
 		},
@@ -128,13 +131,12 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				return durable.ToolResult{Output: fmt.Sprintf("clicked; the tab is at %s (%q).%s", p.URL, p.Title, refusedNote(p)),
-					Data: pageData("browser_click", p)}, nil
+				return durable.ToolResult{Output: "clicked." + refusedNote(p) + " Read the page with browser_read.", Data: pageData("browser_click", p)}, nil
 			},
 		},
 		{
 			Name:        "browser_type",
-			Description: "Type text into a field of your tab's page (by CSS selector); submit presses Enter after. Password fields are refused: ask the owner to sign in with browser_take_over.",
+			Description: "Type text into a field of your tab's page (by CSS selector); submit presses Enter after. Password fields are refused: ask the owner to sign in.",
 			Parameters:  durable.Schema(urlParam+`,"selector":{"type":"string"},"text":{"type":"string"},"submit":{"type":"boolean"}`, "url", "selector", "text"),
 			ActsOnPage:  true,
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
@@ -149,8 +151,7 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				return durable.ToolResult{Output: fmt.Sprintf("typed into %s; the tab is at %s (%q).%s", a.Selector, p.URL, p.Title, refusedNote(p)),
-					Data: pageData("browser_type", p)}, nil
+				return durable.ToolResult{Output: "typed into " + a.Selector + "." + refusedNote(p), Data: pageData("browser_type", p)}, nil
 			},
 		},
 		{
@@ -175,21 +176,7 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				return durable.ToolResult{Output: fmt.Sprintf("gave %s to %s on %s", a.Path, a.Selector, p.URL), Data: pageData("browser_upload", p, "file", a.Path)}, nil
-			},
-		},
-		{
-			Name:        "browser_take_over",
-			Description: "Ask the owner to take over your tab (to sign in, or solve what you cannot): they do it from the app's live view and hand it back. Say why.",
-			Parameters:  durable.Schema(urlParam+`,"reason":{"type":"string"}`, "url", "reason"),
-			AlwaysAsk:   true,
-			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
-				p, err := call(ctx, gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead})
-				if err != nil {
-					return durable.ToolResult{}, err
-				}
-				return durable.ToolResult{Output: fmt.Sprintf("the owner handed the browser back; the tab is at %s (%q). Read it with browser_read.", p.URL, p.Title),
-					Data: pageData("browser_take_over", gatewayapi.BrowserPage{URL: p.URL, Title: p.Title})}, nil
+				return durable.ToolResult{Output: fmt.Sprintf("gave %s to %s", a.Path, a.Selector), Data: pageData("browser_upload", p, "file", a.Path)}, nil
 			},
 		},
 		{
@@ -223,9 +210,18 @@ func pageData(tool string, p gatewayapi.BrowserPage, kv ...any) json.RawMessage 
 	return data
 }
 
+// refusedNote counts what the proxy refused; the addresses, which a page
+// chose, stay in the trace.
 func refusedNote(p gatewayapi.BrowserPage) string {
 	if p.Refused == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" The browser's proxy refused %d connections (addresses the browser may not reach): %s.", p.Refused, strings.Join(p.RefusedTo, "; "))
+	return fmt.Sprintf(" The browser's proxy refused %d connections the page made to addresses the browser may not reach (listed in the trace).", p.Refused)
+}
+
+func capField(s string) string {
+	if len(s) > 500 {
+		return s[:500] + "…"
+	}
+	return s
 }

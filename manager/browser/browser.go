@@ -48,6 +48,9 @@ type Config struct {
 	// follows no redirect: the browser does, through the proxy again).
 	Dial      func(ctx context.Context, network, address string) (net.Conn, error)
 	Transport http.RoundTripper
+	// TunnelPorts are more ports a CONNECT may reach than 443, 80, 8443
+	// and 8080 (tests).
+	TunnelPorts map[string]bool
 	// The idle tiers (0: never).
 	IdlePause, IdleStop, IdleRemove time.Duration
 	// Timeout bounds one operation (a page load, a click and what it
@@ -65,6 +68,7 @@ var (
 	ErrPassword   = errors.New("typing into a password field is refused")
 	ErrNoElement  = errors.New("no such element")
 	ErrBrowser    = errors.New("the browser sandbox failed")
+	ErrPage       = errors.New("the page failed")
 )
 
 // Service is every user's browser.
@@ -122,26 +126,40 @@ func (s *Service) user(id string) *userState {
 	return u
 }
 
-// Close ends every session (the sandboxes stay as they are).
+// Close ends every session (the sandboxes stay as they are), each after
+// the action under way.
 func (s *Service) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	users := make([]*userState, 0, len(s.users))
 	for _, u := range s.users {
+		users = append(users, u)
+	}
+	s.mu.Unlock()
+	for _, u := range users {
+		u.op.Lock()
 		if u.sess != nil {
 			u.sess.close()
 			u.sess = nil
 		}
+		u.op.Unlock()
 	}
 }
 
 // refusals keeps the last addresses the proxy refused for a user.
 type refusals struct {
-	mu   sync.Mutex
-	list []string
-	n    int
+	mu     sync.Mutex
+	list   []string
+	n      int
+	logged time.Time // the start of the current second
+	quiet  int       // refusals in it
 }
 
-func (r *refusals) add(s string) {
+// logBurst is how many refusals of one user are logged in a second: a
+// page that loops on a refused address cannot flood the log.
+const logBurst = 30
+
+// add records one; it reports whether to log it.
+func (r *refusals) add(s string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
@@ -149,6 +167,11 @@ func (r *refusals) add(s string) {
 	if len(r.list) > 20 {
 		r.list = r.list[len(r.list)-20:]
 	}
+	if time.Since(r.logged) >= time.Second {
+		r.logged, r.quiet = time.Now(), 0
+	}
+	r.quiet++
+	return r.quiet <= logBurst
 }
 
 // since returns how many were refused after mark, and the latest ones.

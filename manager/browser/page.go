@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/dom"
 	cdppage "github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/affido/affido/internal/browserapi"
@@ -66,6 +70,7 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		}
 		t = &tab{ctx: tctx, cancel: tcancel}
 		sess.tabs[req.Agent] = t
+		dismissDialogs(tctx)
 	}
 	// The action runs in the tab, bounded by the request's deadline.
 	actx, acancel := context.WithCancel(t.ctx)
@@ -80,14 +85,25 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 	}
 
 	page, err := s.act(actx, sess, req)
-	if err != nil && !errors.Is(err, ErrPassword) && !errors.Is(err, ErrOtherSite) && !errors.Is(err, ErrNoElement) && !errors.Is(err, ErrBadRequest) && !sess.alive() {
-		err = fmt.Errorf("%w: the browser sandbox went away during the action (%v); it restarts on the next call, with its profile", ErrBrowser, err)
+	switch {
+	case err == nil || errors.Is(err, ErrPassword) || errors.Is(err, ErrOtherSite) || errors.Is(err, ErrNoElement) || errors.Is(err, ErrBadRequest):
+	case !sess.alive():
+		s.cfg.Log.Warn("browser: the sandbox went away during an action", "user", user, "err", err)
+		err = fmt.Errorf("%w: the browser sandbox went away during the action; it restarts on the next call, with its profile", ErrBrowser)
+	default:
+		// What a page's scripts throw is the page's text: the model gets
+		// our words and Chromium's error code, never the page's.
+		s.cfg.Log.Info("browser: an action failed", "user", user, "action", req.Action, "err", err)
+		err = fmt.Errorf("%w: %s", ErrPage, netError(err))
 	}
 	if page.URL == "" && err == nil {
 		page.URL, _ = chromedp.Run(actx, chromedp.Location())
 	}
 	if err == nil && page.URL != "" && page.URL != "about:blank" {
 		u.lastURL[req.Agent] = page.URL
+	}
+	if sess.alive() {
+		closeStray(ctx, sess)
 	}
 	if err == nil && sess.alive() {
 		if cerr := s.saveCookies(ctx, sess); cerr != nil {
@@ -119,7 +135,8 @@ func check(req gatewayapi.BrowserRequest) error {
 		}
 	case gatewayapi.BrowserUpload:
 		needURL = true
-		if req.Selector == "" || req.FileName == "" || path.Base(req.FileName) != req.FileName || strings.HasPrefix(req.FileName, ".") {
+		if req.Selector == "" || req.FileName == "" || path.Base(req.FileName) != req.FileName || strings.HasPrefix(req.FileName, ".") ||
+			strings.IndexFunc(req.FileName, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 || len(req.FileName) > 200 {
 			return bad("upload wants a selector and a plain file name")
 		}
 		if len(req.File) > gatewayapi.BrowserUploadMax {
@@ -146,22 +163,6 @@ func hostOf(raw string) string {
 	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 }
 
-// onSite refuses an action on a page whose host is not the one the call
-// names: the owner's rule for a site allows acting on that site only.
-func onSite(ctx context.Context, want string) error {
-	loc, err := chromedp.Run(ctx, chromedp.Location())
-	if err != nil {
-		return err
-	}
-	if loc == "" || loc == "about:blank" {
-		return fmt.Errorf("%w: call browser_open first", ErrNoPage)
-	}
-	if hostOf(loc) != hostOf(want) {
-		return fmt.Errorf("%w: the page is %s, not on %s", ErrOtherSite, loc, hostOf(want))
-	}
-	return nil
-}
-
 func js(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -175,7 +176,7 @@ func (s *Service) act(ctx context.Context, sess *session, req gatewayapi.Browser
 			return page, err
 		}
 		page.Status, _ = chromedp.Run(ctx, chromedp.Evaluate[int](`(performance.getEntriesByType('navigation')[0] || {}).responseStatus || 0`))
-		page.Title, _ = chromedp.Run(ctx, chromedp.Title())
+		page.Title, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.title.slice(0, 300)`))
 		return page, nil
 	case gatewayapi.BrowserRead:
 		return s.read(ctx)
@@ -184,74 +185,150 @@ func (s *Service) act(ctx context.Context, sess *session, req gatewayapi.Browser
 		page.PNG = png
 		return page, err
 	}
-	if err := onSite(ctx, req.URL); err != nil {
-		return page, err
-	}
 	switch req.Action {
 	case gatewayapi.BrowserClick:
-		var sel string
-		if req.Selector != "" {
-			sel = req.Selector
-		}
-		// The element is found once, in the page, and clicked there: by
-		// selector, or the first link or button whose text is Text.
-		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
-  const sel = %s, text = %s;
+		// Found, checked and clicked in one evaluation in the page: the
+		// site check reads location (which a page cannot redefine) in the
+		// same turn as the click, so the page cannot move in between.
+		res, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
+  const want = %s, sel = %s, text = %s;
+  if (location.hostname.toLowerCase().replace(/\.$/, '') !== want) return "other-site:" + location.href;
   let el = sel ? document.querySelector(sel) : null;
   if (!sel) el = [...document.querySelectorAll('a,button,input[type=submit],input[type=button],[role=button]')]
     .find(e => (e.innerText || e.value || '').trim() === text.trim());
-  if (!el) return false;
+  if (!el) return "none";
+  if (el.tagName === 'INPUT' && (el.getAttribute('type') || '').toLowerCase() === 'file') return "file";
   el.scrollIntoView({block: 'center'});
   el.click();
-  return true;
-})()`, js(sel), js(req.Text))))
+  return "ok";
+})()`, js(hostOf(req.URL)), js(req.Selector), js(req.Text))))
 		if err != nil {
 			return page, err
 		}
-		if !ok {
+		switch {
+		case strings.HasPrefix(res, "other-site:"):
+			return page, fmt.Errorf("%w: the tab's page is not on %s", ErrOtherSite, hostOf(req.URL))
+		case res == "none":
 			return page, fmt.Errorf("%w: %s", ErrNoElement, firstOf(req.Selector, req.Text))
+		case res == "file":
+			return page, fmt.Errorf("%w: that is a file input; give it a file with browser_upload, which asks the owner", ErrBadRequest)
 		}
 		settle(ctx)
-		page.Title, _ = chromedp.Run(ctx, chromedp.Title())
 		return page, nil
 	case gatewayapi.BrowserType:
-		kind, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
-  const el = document.querySelector(%s);
-  if (!el) return "";
-  const ac = (el.getAttribute('autocomplete') || '').toLowerCase();
-  if ((el.type || '').toLowerCase() === 'password' || ac.includes('password')) return "password";
-  el.focus();
-  return "ok";
-})()`, js(req.Selector))))
-		if err != nil {
-			return page, err
-		}
-		switch kind {
-		case "":
-			return page, fmt.Errorf("%w: %s", ErrNoElement, req.Selector)
-		case "password":
-			return page, fmt.Errorf("%w: %s is a password field; ask the owner to sign in (browser_take_over)", ErrPassword, req.Selector)
-		}
-		text := req.Text
-		if req.Submit {
-			text += "\r"
-		}
-		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(req.Selector), text)); err != nil {
+		if err := typeInto(ctx, hostOf(req.URL), req.Selector, req.Text, req.Submit); err != nil {
 			return page, err
 		}
 		if req.Submit {
 			settle(ctx)
 		}
-		page.Title, _ = chromedp.Run(ctx, chromedp.Title())
 		return page, nil
 	case gatewayapi.BrowserUpload:
 		if err := sendFile(sess.mux, req.FileName, req.File); err != nil {
 			return page, err
 		}
-		err := chromedp.Do(ctx, chromedp.SetUploadFiles(chromedp.CSS(req.Selector), []string{path.Join(browserapi.UploadDir, req.FileName)}))
+		err := onElement(ctx, hostOf(req.URL), req.Selector, func(ctx context.Context, t *chromedp.Target, el element) error {
+			if el.name != "INPUT" || strings.ToLower(el.attrs["type"]) != "file" {
+				return fmt.Errorf("%w: %s is not a file input", ErrBadRequest, req.Selector)
+			}
+			_, err := cdp.Call(ctx, t, dom.SetFileInputFiles, dom.SetFileInputFilesParams{NodeID: el.id,
+				Files: []string{path.Join(browserapi.UploadDir, req.FileName)}})
+			return err
+		})
 		return page, err
 	}
 	return page, fmt.Errorf("%w: unknown action %q", ErrBadRequest, req.Action)
+}
+
+// element is a node of the tab's top document, described by the DOM
+// (not by the page's scripts, which could lie about an element's type).
+type element struct {
+	id    cdp.NodeID
+	name  string // upper case
+	attrs map[string]string
+}
+
+// onElement finds selector in the tab's top document and runs fn on that
+// node, after checking that the document the node belongs to is on host.
+// The document's address and the node come from one snapshot of the DOM:
+// if the page navigates after, the node is gone and fn fails; it never
+// finds a same-named node of the next page.
+func onElement(ctx context.Context, host, selector string, fn func(context.Context, *chromedp.Target, element) error) error {
+	return chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		doc, err := cdp.Call(ctx, t, dom.GetDocument, dom.GetDocumentParams{})
+		if err != nil {
+			return err
+		}
+		if doc.Root == nil || hostOf(doc.Root.DocumentURL) != host {
+			return fmt.Errorf("%w: the tab's page is not on %s", ErrOtherSite, host)
+		}
+		q, err := cdp.Call(ctx, t, dom.QuerySelector, dom.QuerySelectorParams{NodeID: doc.Root.NodeID, Selector: selector})
+		if err != nil || q.NodeID == 0 {
+			return fmt.Errorf("%w: %s", ErrNoElement, selector)
+		}
+		d, err := cdp.Call(ctx, t, dom.DescribeNode, dom.DescribeNodeParams{NodeID: q.NodeID})
+		if err != nil || d.Node == nil {
+			return fmt.Errorf("%w: %s", ErrNoElement, selector)
+		}
+		el := element{id: q.NodeID, name: strings.ToUpper(d.Node.NodeName), attrs: map[string]string{}}
+		for i := 0; i+1 < len(d.Node.Attributes); i += 2 {
+			el.attrs[strings.ToLower(d.Node.Attributes[i])] = d.Node.Attributes[i+1]
+		}
+		return fn(ctx, t, el)
+	}))
+}
+
+// textTypes are the input types the agent may type into.
+var textTypes = map[string]bool{"": true, "text": true, "search": true, "email": true, "url": true, "tel": true, "number": true}
+
+// typeInto sets a text field's value, on the node that was checked: no
+// keys are sent (a page could move the focus between a check and the
+// keys), so what is typed lands in that field or nowhere. A password
+// field, or one that says it holds a password, is refused; so is
+// anything that is not a text field (a file input takes a path).
+func typeInto(ctx context.Context, host, selector, text string, submit bool) error {
+	return onElement(ctx, host, selector, func(ctx context.Context, t *chromedp.Target, el element) error {
+		typ := strings.ToLower(el.attrs["type"])
+		if typ == "password" || strings.Contains(strings.ToLower(el.attrs["autocomplete"]), "password") {
+			return fmt.Errorf("%w: %s is a password field; ask the owner to sign in", ErrPassword, selector)
+		}
+		if !(el.name == "TEXTAREA" || (el.name == "INPUT" && textTypes[typ])) {
+			return fmt.Errorf("%w: %s is not a text field (%s %s)", ErrBadRequest, selector, strings.ToLower(el.name), typ)
+		}
+		obj, err := cdp.Call(ctx, t, dom.ResolveNode, dom.ResolveNodeParams{NodeID: el.id})
+		if err != nil || obj.Object == nil {
+			return fmt.Errorf("%w: %s", ErrNoElement, selector)
+		}
+		res, err := cdp.Call(ctx, t, runtime.CallFunctionOn, runtime.CallFunctionOnParams{ObjectID: obj.Object.ObjectID,
+			FunctionDeclaration: fmt.Sprintf(`function() {
+  const proto = this.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+  Object.getOwnPropertyDescriptor(proto, 'value').set.call(this, %s);
+  this.dispatchEvent(new Event('input', {bubbles: true}));
+  this.dispatchEvent(new Event('change', {bubbles: true}));
+  if (%t && this.form) this.form.requestSubmit();
+}`, js(text), submit)})
+		if err != nil {
+			return err
+		}
+		if res.ExceptionDetails != nil {
+			return fmt.Errorf("the page refused the text (an exception in its scripts)")
+		}
+		return nil
+	})
+}
+
+var netCode = regexp.MustCompile(`net::ERR_[A-Z_]+`)
+
+// netError names what went wrong without the page's words: Chromium's
+// network error code if there is one.
+func netError(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return "the page did not finish in time"
+	}
+	if c := netCode.FindString(err.Error()); c != "" {
+		return "the page could not be loaded (" + c + ")"
+	}
+	return "the action failed in the page"
 }
 
 func firstOf(a, b string) string {
@@ -319,10 +396,10 @@ func (s *Service) read(ctx context.Context) (gatewayapi.BrowserPage, error) {
 		Text   string                    `json:"text"`
 		Fields []gatewayapi.BrowserField `json:"fields"`
 	}
-	raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+	raw, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
   const q = (el) => {
-    if (el.id) return '#' + CSS.escape(el.id);
-    if (el.name) return el.tagName.toLowerCase() + '[name="' + el.name.replace(/"/g, '\\"') + '"]';
+    if (el.id && el.id.length <= 100) return '#' + CSS.escape(el.id);
+    if (el.name && el.name.length <= 100) return el.tagName.toLowerCase() + '[name="' + el.name.replace(/["\\]/g, '\\$&') + '"]';
     return null;
   };
   const fields = [];
@@ -332,11 +409,15 @@ func (s *Service) read(ctx context.Context) (gatewayapi.BrowserPage, error) {
     if (!sel) continue;
     const kind = el.tagName === 'INPUT' ? (el.type || 'text') : el.tagName.toLowerCase();
     if (kind === 'hidden') continue;
-    const label = (el.labels && el.labels[0] ? el.labels[0].innerText : '') || el.placeholder || el.innerText || el.value || '';
+    const isButton = el.tagName === 'BUTTON' || ['submit', 'button', 'reset'].includes(kind);
+    // A field's value is never read out (a filled password field has one).
+    const label = (el.labels && el.labels[0] ? el.labels[0].innerText : '') || el.placeholder || (isButton ? (el.innerText || el.value) : '') || '';
     fields.push({selector: sel, kind: kind, label: label.trim().slice(0, 80)});
   }
-  return JSON.stringify({title: document.title, text: document.body ? document.body.innerText : '', fields: fields});
-})()`))
+  // Cut here, not in the manager: a page of a hundred megabytes of text
+  // costs the manager nothing.
+  return JSON.stringify({title: document.title.slice(0, 300), text: document.body ? document.body.innerText.slice(0, %d) : '', fields: fields});
+})()`, gatewayapi.BrowserTextMax+1)))
 	if err != nil {
 		return page, err
 	}
@@ -348,4 +429,56 @@ func (s *Service) read(ctx context.Context) (gatewayapi.BrowserPage, error) {
 		page.Text, page.Truncated = page.Text[:gatewayapi.BrowserTextMax], true
 	}
 	return page, nil
+}
+
+// dismissDialogs answers every JavaScript dialog of the tab (alert,
+// confirm, prompt, beforeunload) with "cancel", at once: a dialog would
+// otherwise hold the tab until the owner closed it.
+func dismissDialogs(tab context.Context) {
+	opened := make(chan struct{}, 16)
+	_ = chromedp.Listen(tab, func(ev any) {
+		if _, ok := ev.(*cdppage.EventJavascriptDialogOpening); ok {
+			select {
+			case opened <- struct{}{}:
+			default:
+			}
+		}
+	})
+	go func() {
+		for {
+			select {
+			case <-tab.Done():
+				return
+			case <-opened:
+				_ = chromedp.Do(tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+					_, err := cdp.Call(ctx, t, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: false})
+					return err
+				}))
+			}
+		}
+	}()
+}
+
+// closeStray closes the tabs a page opened (a popup, a link to a new
+// window): only the agents' own tabs stay open.
+func closeStray(ctx context.Context, sess *session) {
+	keep := map[string]bool{}
+	if c := chromedp.FromContext(sess.root); c != nil && c.Target != nil {
+		keep[string(c.Target.TargetID)] = true
+	}
+	for _, t := range sess.tabs {
+		if c := chromedp.FromContext(t.ctx); c != nil && c.Target != nil {
+			keep[string(c.Target.TargetID)] = true
+		}
+	}
+	infos, err := chromedp.Targets(sess.root)
+	if err != nil {
+		return
+	}
+	browser := chromedp.FromContext(sess.root).Browser
+	for _, in := range infos {
+		if in.Type == "page" && !keep[string(in.TargetID)] {
+			_, _ = cdp.Call(ctx, browser, target.CloseTarget, target.CloseTargetParams{TargetID: in.TargetID})
+		}
+	}
 }

@@ -55,7 +55,7 @@ func TestProxyRefusesWhatTheGuardRefuses(t *testing.T) {
 	u := s.user("alice")
 
 	// The attacks: a tunnel to a private address, and one to loopback v6.
-	for _, target := range []string{inner + ":443", "[::1]:9222"} {
+	for _, target := range []string{inner + ":443", "[::1]:443"} {
 		c, r := proxyConn(t, s, u)
 		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
 		resp, err := http.ReadResponse(r, nil)
@@ -93,9 +93,19 @@ func TestProxyRefusesWhatTheGuardRefuses(t *testing.T) {
 		t.Fatalf("refusals recorded: %d %v", n, list)
 	}
 
-	// What the guard allows works, tunnelled or not.
+	// A tunnel to a port pages have no business with (mail) is refused
+	// before any dial.
 	c, r = proxyConn(t, s, u)
+	fmt.Fprint(c, "CONNECT smtp.example.org:25 HTTP/1.1\r\nHost: smtp.example.org:25\r\n\r\n")
+	if resp, err = http.ReadResponse(r, nil); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("CONNECT to port 25: %v %v", resp, err)
+	}
+
+	// What the guard allows works, tunnelled or not.
 	host := strings.TrimPrefix(site.URL, "http://")
+	_, port, _ := net.SplitHostPort(host)
+	s.cfg.TunnelPorts = map[string]bool{port: true}
+	c, r = proxyConn(t, s, u)
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", host, host)
 	resp, err = http.ReadResponse(r, nil)
 	if err != nil || resp.StatusCode != http.StatusOK {

@@ -134,7 +134,7 @@ func (s *Service) connect(ctx context.Context, user string, u *userState) (*sess
 		mux.Close()
 		return nil, fmt.Errorf("%w: open the CDP stream: %v", ErrBrowser, err)
 	}
-	actx, _ := chromedp.NewAllocatorContext(life, attach{chromedp.NewPipeConn(st, st)})
+	actx, _ := chromedp.NewAllocatorContext(life, attach{chromedp.NewPipeConn(&cappedMessages{r: st, c: st}, st)})
 	root, cancel := chromedp.NewContext(actx, chromedp.WithLogf(func(string, ...any) {}), chromedp.WithErrorf(func(string, ...any) {}))
 	// The first run attaches the browser for as long as root lives: it
 	// must have no deadline of its own (a timer ends root instead).
@@ -174,20 +174,33 @@ func ping(ctx context.Context, mux *yamux.Session) error {
 	}
 }
 
+// maxStreams bounds the proxy connections one browser has open at once.
+const maxStreams = 256
+
 // acceptProxy serves the streams the sandbox opens: one per connection
-// Chromium makes to its proxy.
+// Chromium makes to its proxy, maxStreams at most at once.
 func (s *Service) acceptProxy(ctx context.Context, user string, u *userState, mux *yamux.Session) {
+	streams := make(chan struct{}, maxStreams)
 	for {
 		st, err := mux.Accept()
 		if err != nil {
 			return
 		}
+		select {
+		case streams <- struct{}{}:
+		default: // at the cap: a browser needs far fewer
+			st.Close()
+			continue
+		}
 		go func(st net.Conn) {
+			defer func() { <-streams }()
 			var kind [1]byte
+			_ = st.SetReadDeadline(time.Now().Add(10 * time.Second))
 			if _, err := io.ReadFull(st, kind[:]); err != nil || kind[0] != browserapi.StreamProxy {
 				st.Close()
 				return
 			}
+			_ = st.SetReadDeadline(time.Time{})
 			s.serveProxy(ctx, user, u, st)
 		}(st)
 	}
@@ -237,3 +250,30 @@ func closeOrphans(ctx context.Context) {
 		}
 	}
 }
+
+// maxMessage bounds one CDP message from the sandbox (a screenshot is a
+// few megabytes): a compromised sandbox cannot make the manager buffer
+// without end.
+const maxMessage = 64 << 20
+
+// cappedMessages reads NUL-delimited messages and fails the stream (and
+// so the session) when one passes maxMessage.
+type cappedMessages struct {
+	r     io.Reader
+	c     io.Closer
+	since int
+}
+
+func (m *cappedMessages) Read(p []byte) (int, error) {
+	n, err := m.r.Read(p)
+	for _, b := range p[:n] {
+		if b == 0 {
+			m.since = 0
+		} else if m.since++; m.since > maxMessage {
+			return 0, fmt.Errorf("a CDP message over %d bytes", maxMessage)
+		}
+	}
+	return n, err
+}
+
+func (m *cappedMessages) Close() error { return m.c.Close() }

@@ -67,6 +67,10 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 				return
 			}
 			fmt.Fprint(w, "<title>Account</title><h1>Please sign in</h1>")
+		case "/alert":
+			fmt.Fprint(w, `<title>Alert</title><h1>Dialogs</h1><script>alert("stop"); confirm("really?")</script>`)
+		case "/file":
+			fmt.Fprint(w, `<title>File</title><input id="f" type="file"><input id="tricky" onfocus="location='/login'">`)
 		case "/login":
 			fmt.Fprint(w, `<title>Sign in</title><input id="user"><input id="pw" type="password"><button id="go">Go</button>`)
 		default:
@@ -136,6 +140,27 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 		t.Fatalf("acting on a page under another site's name: %v", err)
 	}
 	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/login", Selector: "#user", Text: "bob"})
+	if v, err := svc.Do(ctx, user, gatewayapi.BrowserRequest{Agent: "main", Action: gatewayapi.BrowserRead}); err != nil || strings.Contains(fmt.Sprint(v.Fields), "bob") {
+		t.Fatalf("a field's value is read out: %+v %v", v.Fields, err)
+	}
+
+	// The attack: typing a path into a file input (which would attach a
+	// file of the sandbox's, its saved cookies, without the owner).
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/file"})
+	if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/file", Selector: "#f", Text: "/profile/affido-cookies.json"}); !errors.Is(err, browser.ErrBadRequest) {
+		t.Fatalf("typing into a file input: %v", err)
+	}
+	// A field that navigates when focused: the text is set on it, in this
+	// page, and the tab stays where it was.
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/file", Selector: "#tricky", Text: "x"})
+	if p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}); !strings.HasSuffix(p.URL, "/file") {
+		t.Fatalf("typing moved the tab to %s", p.URL)
+	}
+	// Dialogs do not hold the tab.
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/alert"})
+	if p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}); !strings.Contains(p.Text, "Dialogs") {
+		t.Fatalf("after dialogs: %+v", p)
+	}
 
 	// A sign-in outlives a kill of the sandbox: the tab opens again at its
 	// page, with the cookie.

@@ -18,9 +18,8 @@ type Browser interface {
 }
 
 // browserAction serves POST /v1/gateway/browser: one action of the
-// sandbox's user's browser. A page's own failure (a refused address, a
-// name that does not resolve) is a 502 whose detail the agent shows the
-// model.
+// sandbox's user's browser. A page's own failure is a 502 in the
+// manager's words (manager/browser.ErrPage).
 func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
 	user, status, why := s.caller(r)
 	if status != 0 {
@@ -34,9 +33,6 @@ func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	page, err := s.Browser.Do(r.Context(), user, req)
 	if err != nil {
-		if problemOf(err) == nil {
-			err = problem.New(http.StatusBadGateway, "page-error", err.Error())
-		}
 		return err
 	}
 	writeJSONStatus(w, http.StatusOK, page)
@@ -57,6 +53,8 @@ func browserProblem(err error) *problem.Error {
 		return problem.New(http.StatusForbidden, "password-field", err.Error())
 	case errors.Is(err, browser.ErrNoElement):
 		return problem.New(http.StatusNotFound, "no-element", err.Error())
+	case errors.Is(err, browser.ErrPage):
+		return problem.New(http.StatusBadGateway, "page-error", err.Error())
 	case errors.Is(err, browser.ErrBrowser):
 		return problem.New(http.StatusServiceUnavailable, "browser-unavailable", err.Error()).Retry(2)
 	}
