@@ -3,6 +3,7 @@ package browser
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -141,5 +142,34 @@ func TestBadRequestsMakeNothing(t *testing.T) {
 	}
 	if eng.ups != 0 {
 		t.Fatalf("bad requests brought the sandbox up %d times", eng.ups)
+	}
+}
+
+// The attack from a compromised sandbox: a request head of megabytes. The
+// proxy stops reading at maxHead and drops the connection, and makes no
+// connection for it.
+func TestProxyBoundsARequestHead(t *testing.T) {
+	s := testService()
+	u := s.user("alice")
+	c, r := proxyConn(t, s, u)
+	go func() {
+		fmt.Fprint(c, "GET http://example.org/ HTTP/1.1\r\nHost: example.org\r\nX-Big: ")
+		chunk := strings.Repeat("a", 64<<10)
+		for range 64 { // 4 MiB, never ended
+			if _, err := io.WriteString(c, chunk); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(r, nil)
+	if err == nil {
+		t.Fatalf("a 4 MiB head was answered: %d", resp.StatusCode)
+	}
+	// The proxy hung up; it did not wait for the head's end.
+	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.ErrClosedPipe) {
+		t.Fatalf("the proxy kept reading: %v", err)
+	}
+	if n, _ := u.refused.since(0); n != 0 {
+		t.Fatalf("%d refusals recorded for a request never read", n)
 	}
 }
