@@ -16,11 +16,13 @@ package browser
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +71,7 @@ var (
 	ErrNoElement  = errors.New("no such element")
 	ErrBrowser    = errors.New("the browser sandbox failed")
 	ErrPage       = errors.New("the page failed")
+	ErrBusy       = errors.New("the browser is busy")
 )
 
 // Service is every user's browser.
@@ -81,7 +84,7 @@ type Service struct {
 
 // userState is one user's browser: one operation at a time.
 type userState struct {
-	op      sync.Mutex // held through an operation, and by the sweeper
+	op      turn // held through an operation, and by the sweeper
 	sess    *session
 	lastUse time.Time
 	tier    tier
@@ -144,6 +147,53 @@ func (s *Service) Close() {
 		u.op.Unlock()
 	}
 }
+
+// maxWaiting bounds the actions of one user waiting for the one under
+// way; past it an action is refused at once (ErrBusy).
+const maxWaiting = 4
+
+// turn is one user's lock: an action takes it, giving up when its request
+// ends, and no more than maxWaiting wait for it.
+type turn struct {
+	ch      chan struct{}
+	once    sync.Once
+	waiting atomic.Int32
+}
+
+func (t *turn) c() chan struct{} {
+	t.once.Do(func() { t.ch = make(chan struct{}, 1) })
+	return t.ch
+}
+
+// take waits for the turn until ctx ends.
+func (t *turn) take(ctx context.Context) error {
+	if t.waiting.Add(1) > maxWaiting {
+		t.waiting.Add(-1)
+		return fmt.Errorf("%w: %d browser actions are already waiting", ErrBusy, maxWaiting)
+	}
+	defer t.waiting.Add(-1)
+	select {
+	case t.c() <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: the action waited for the one before it until its request ended", ErrBusy)
+	}
+}
+
+// Lock waits for the turn, however long.
+func (t *turn) Lock() { t.c() <- struct{}{} }
+
+// TryLock takes the turn if it is free.
+func (t *turn) TryLock() bool {
+	select {
+	case t.c() <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (t *turn) Unlock() { <-t.c() }
 
 // refusals keeps the last addresses the proxy refused for a user.
 type refusals struct {

@@ -29,7 +29,9 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		return gatewayapi.BrowserPage{}, err
 	}
 	u := s.user(user)
-	u.op.Lock()
+	if err := u.op.take(ctx); err != nil {
+		return gatewayapi.BrowserPage{}, err
+	}
 	defer u.op.Unlock()
 	u.lastUse = s.cfg.Now()
 	defer func() { u.lastUse = s.cfg.Now() }()

@@ -53,6 +53,8 @@ func browserProblem(err error) *problem.Error {
 		return problem.New(http.StatusForbidden, "password-field", err.Error())
 	case errors.Is(err, browser.ErrNoElement):
 		return problem.New(http.StatusNotFound, "no-element", err.Error())
+	case errors.Is(err, browser.ErrBusy):
+		return problem.New(http.StatusTooManyRequests, "browser-busy", err.Error()).Retry(2)
 	case errors.Is(err, browser.ErrPage):
 		return problem.New(http.StatusBadGateway, "page-error", err.Error())
 	case errors.Is(err, browser.ErrBrowser):
