@@ -18,7 +18,7 @@ BUILD=.build
 DEV_USER=dev-user
 DEV_TOKEN=dev-token
 DEV_PASSWORD=dev-password # the web client's sign-in, dev only
-IMAGES=(affido/agent:dev affido/manager:dev affido/caddy:dev affido/postgres:15 affido/debian:bookworm affido/probe:test)
+IMAGES=(affido/agent:dev affido/manager:dev affido/caddy:dev affido/browser:dev affido/chromium:bookworm affido/postgres:15 affido/debian:bookworm affido/probe:test)
 
 usage() {
   cat <<EOF
