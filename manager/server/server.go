@@ -314,8 +314,18 @@ func (s *Server) authenticate(ctx context.Context, src, user, session, bearer st
 		var wait time.Duration
 		var ok bool
 		if reserved, wait, ok = reserveAll(limits...); !ok {
-			return "", &throttledError{wait}
+			// A burst of a new credential's first requests: while the
+			// same credential is being looked up, its answer decides, not
+			// the count of attempts in flight.
+			if !g.known.has(k) && (!g.flights.wait(ctx, k, s.authTimeout()) || !g.known.has(k)) {
+				return "", &throttledError{wait}
+			}
+			known = true
 		}
+	}
+	if !known {
+		done := g.flights.start(k)
+		defer done()
 	}
 	var owner string
 	var err error
@@ -339,6 +349,13 @@ func (s *Server) authenticate(ctx context.Context, src, user, session, bearer st
 		cancelAll(reserved)
 	}
 	return owner, err
+}
+
+func (s *Server) authTimeout() time.Duration {
+	if s.AuthTimeout <= 0 {
+		return 2 * time.Second
+	}
+	return s.AuthTimeout
 }
 
 func (s *Server) userForSession(ctx context.Context, token string, fresh bool) (string, error) {
@@ -365,11 +382,7 @@ func (s *Server) userForAPIToken(ctx context.Context, token string, fresh bool) 
 
 // authContext bounds one credential lookup in the registry.
 func (s *Server) authContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	timeout := s.AuthTimeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	return context.WithTimeout(ctx, timeout)
+	return context.WithTimeout(ctx, s.authTimeout())
 }
 
 // webSessions gives the web pages the cached session lookup, throttled

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -16,8 +17,10 @@ import (
 // whose sandbox is asked for (20, then one every 3 s; the account routes
 // and pages count as user ""); and per address whatever the user (100,
 // then one a second), against spraying across users. While one has no
-// failure left, such a request gets 429 before any lookup. A success gives
-// its counts back. A known credential skips all three.
+// failure left, such a request gets 429 before any lookup, unless the same
+// credential is being looked up right now (a new token's first requests,
+// arriving together): then that answer decides. A success gives its counts
+// back. A known credential skips all three.
 const (
 	credFailureBurst = 5
 	credFailureEvery = 10 * time.Second
@@ -216,9 +219,65 @@ func (k *knownCredentials) forget(key credKey) {
 	delete(k.m, key)
 }
 
+// lookups are the credential lookups in flight, so that a request whose
+// credential is being looked up already can wait for that answer.
+type lookups struct {
+	mu sync.Mutex
+	m  map[credKey]*flight
+}
+
+type flight struct {
+	n    int
+	done chan struct{} // closed when the last lookup of the key ends
+}
+
+// start records a lookup of k; the returned func ends it.
+func (l *lookups) start(k credKey) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[credKey]*flight{}
+	}
+	f := l.m[k]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		l.m[k] = f
+	}
+	f.n++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if f.n--; f.n == 0 {
+			close(f.done)
+			delete(l.m, k)
+		}
+	}
+}
+
+// wait waits, at most d, for the lookups of k in flight to end; false if
+// there were none, or they did not end in time.
+func (l *lookups) wait(ctx context.Context, k credKey, d time.Duration) bool {
+	l.mu.Lock()
+	f := l.m[k]
+	l.mu.Unlock()
+	if f == nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
 // authGuard is the Server's lazily made failed-auth state for credentials.
 type authGuard struct {
 	once          sync.Once
+	flights       lookups
 	known         *knownCredentials
 	perCredential *authThrottle
 	perUser       *authThrottle // per address and user

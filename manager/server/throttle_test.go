@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,4 +207,73 @@ func TestSuccessesCostNothing(t *testing.T) {
 			t.Fatalf("fresh token %d: %d", i, code)
 		}
 	}
+}
+
+// slowAuth holds every API token lookup until released, and counts them.
+type slowAuth struct {
+	fakeAuth
+	release chan struct{}
+	n       *atomic.Int32
+}
+
+func (a slowAuth) UserForAPIToken(ctx context.Context, tok string) (string, error) {
+	a.n.Add(1)
+	<-a.release
+	return a.fakeAuth.UserForAPIToken(ctx, tok)
+}
+
+// A new token's first requests arrive together (a phone opening the app,
+// the e2e burst of 50): more than the per-credential burst are in flight
+// before the first lookup answers. They wait for that answer instead of
+// being refused as failures; a bad token's burst is still cut off after
+// credFailureBurst lookups.
+func TestABurstOfANewTokenWaitsForItsLookup(t *testing.T) {
+	for _, c := range []struct {
+		name, tok string
+		want      int
+	}{{"a good token", "t-new", 200}, {"a bad token", "t-guess", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			var n atomic.Int32
+			auth := slowAuth{fakeAuth{tokens: map[string]string{"t-new": "alice"}}, make(chan struct{}), &n}
+			s := &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: sameEndpoint{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			h := s.Handler()
+			const burst = 50
+			codes := make(chan int, burst)
+			for range burst {
+				go func() {
+					req := httptest.NewRequest("GET", "/v1/resolve?user=alice&path=/health", nil)
+					req.Header.Set("X-Forwarded-For", "192.0.2.9")
+					req.Header.Set("Authorization", "Bearer "+c.tok)
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, req)
+					codes <- w.Code
+				}()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for n.Load() < credFailureBurst {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d lookups in flight, want %d", n.Load(), credFailureBurst)
+				}
+				time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
+			}
+			close(auth.release)
+			got := map[int]int{}
+			for range burst {
+				got[<-codes]++
+			}
+			if c.want == 200 && got[200] != burst {
+				t.Fatalf("codes %v, want all 200", got)
+			}
+			if c.want == 0 && (got[200] != 0 || got[429] == 0 || n.Load() > credFailureBurst) {
+				t.Fatalf("a bad token's burst: codes %v, %d lookups (at most %d)", got, n.Load(), credFailureBurst)
+			}
+		})
+	}
+}
+
+// sameEndpoint resolves every user to one address, from any goroutine.
+type sameEndpoint struct{}
+
+func (sameEndpoint) Resolve(context.Context, string, bool) (netip.AddrPort, error) {
+	return netip.MustParseAddrPort("10.213.0.2:8080"), nil
 }
