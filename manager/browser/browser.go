@@ -39,6 +39,8 @@ type Engine interface {
 	Stop(ctx context.Context, user string) error
 	// Remove removes the sandbox's container; its profile volume stays.
 	Remove(ctx context.Context, user string) error
+	// Purge removes the container and the profile volume.
+	Purge(ctx context.Context, user string) error
 	// List returns the stack's browser sandboxes: user -> Docker state.
 	List(ctx context.Context) (map[string]string, error)
 }
@@ -127,6 +129,24 @@ func (s *Service) user(id string) *userState {
 		s.users[id] = u
 	}
 	return u
+}
+
+// Reset removes the user's browser sandbox and its profile (the user's
+// reset: sign-ins and tabs go), after the action under way.
+func (s *Service) Reset(ctx context.Context, user string) error {
+	u := s.user(user)
+	u.op.Lock()
+	defer u.op.Unlock()
+	if u.sess != nil {
+		u.sess.close()
+		u.sess = nil
+	}
+	if err := s.cfg.Engine.Purge(ctx, user); err != nil {
+		return fmt.Errorf("%w: %v", ErrBrowser, err)
+	}
+	u.lastURL = map[string]string{}
+	u.tier = tierRemoved
+	return nil
 }
 
 // Close ends every session (the sandboxes stay as they are), each after

@@ -20,6 +20,7 @@ func (e *countingEngine) Bridge(context.Context, string) (io.ReadWriteCloser, er
 func (e *countingEngine) Pause(context.Context, string) error             { return nil }
 func (e *countingEngine) Stop(context.Context, string) error              { return nil }
 func (e *countingEngine) Remove(context.Context, string) error            { return nil }
+func (e *countingEngine) Purge(context.Context, string) error             { return nil }
 func (e *countingEngine) List(context.Context) (map[string]string, error) { return nil, nil }
 
 func browserReq(action, url, sel string) gatewayapi.BrowserRequest {

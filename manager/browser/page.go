@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+	"golang.org/x/net/idna"
 
 	"github.com/affido/affido/internal/browserapi"
 	"github.com/affido/affido/internal/gatewayapi"
@@ -54,6 +55,11 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		return gatewayapi.BrowserPage{}, err
 	}
 	t := sess.tabs[req.Agent]
+	if t != nil && tabGone(t) { // the page closed it (window.close)
+		t.cancel()
+		delete(sess.tabs, req.Agent)
+		t = nil
+	}
 	reopen := ""
 	if t == nil {
 		reopen = u.lastURL[req.Agent]
@@ -82,7 +88,8 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 	if reopen != "" && req.Action != gatewayapi.BrowserOpen {
 		// The tab went with its sandbox: open it again where it was.
 		if err := navigate(actx, reopen); err != nil {
-			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: reopen %s after the browser restarted: %v", ErrBrowser, reopen, err)
+			s.cfg.Log.Info("browser: reopen the tab's last page", "user", user, "url", reopen, "err", err)
+			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: the tab's last page did not open again after the browser restarted (%s); call browser_open", ErrPage, netError(err))
 		}
 	}
 
@@ -105,7 +112,9 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		u.lastURL[req.Agent] = page.URL
 	}
 	if sess.alive() {
-		closeStray(ctx, sess)
+		cctx, cancel := context.WithTimeout(sess.root, 5*time.Second)
+		closeStray(cctx, sess)
+		cancel()
 	}
 	if err == nil && sess.alive() {
 		if cerr := s.saveCookies(ctx, sess); cerr != nil {
@@ -150,19 +159,33 @@ func check(req gatewayapi.BrowserRequest) error {
 	}
 	if needURL {
 		u, err := url.Parse(req.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || hostOf(req.URL) == "" {
 			return bad("url must be an absolute http or https URL, not %q", req.URL)
 		}
 	}
 	return nil
 }
 
+// hostOf is a URL's host as the page's location says it: lower case, no
+// trailing dot, an international name in its ASCII form; "" when there is
+// none.
 func hostOf(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	h := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if a, err := idna.Lookup.ToASCII(h); err == nil {
+		h = a
+	}
+	return h
+}
+
+// isWeb reports whether a document's address is an http or https page
+// (not about:blank, data: or a srcdoc, which carry no host to check).
+func isWeb(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != ""
 }
 
 func js(v any) string {
@@ -194,7 +217,7 @@ func (s *Service) act(ctx context.Context, sess *session, req gatewayapi.Browser
 		// same turn as the click, so the page cannot move in between.
 		res, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(() => {
   const want = %s, sel = %s, text = %s;
-  if (location.hostname.toLowerCase().replace(/\.$/, '') !== want) return "other-site:" + location.href;
+  if (!/^https?:$/.test(location.protocol) || location.hostname.toLowerCase().replace(/\.$/, '').replace(/^\[(.*)\]$/, '$1') !== want) return "other-site:";
   let el = sel ? document.querySelector(sel) : null;
   if (!sel) el = [...document.querySelectorAll('a,button,input[type=submit],input[type=button],[role=button]')]
     .find(e => (e.innerText || e.value || '').trim() === text.trim());
@@ -261,7 +284,7 @@ func onElement(ctx context.Context, host, selector string, fn func(context.Conte
 		if err != nil {
 			return err
 		}
-		if doc.Root == nil || hostOf(doc.Root.DocumentURL) != host {
+		if doc.Root == nil || !isWeb(doc.Root.DocumentURL) || hostOf(doc.Root.DocumentURL) != host {
 			return fmt.Errorf("%w: the tab's page is not on %s", ErrOtherSite, host)
 		}
 		q, err := cdp.Call(ctx, t, dom.QuerySelector, dom.QuerySelectorParams{NodeID: doc.Root.NodeID, Selector: selector})
@@ -295,25 +318,44 @@ func typeInto(ctx context.Context, host, selector, text string, submit bool) err
 			return fmt.Errorf("%w: %s is a password field; ask the owner to sign in", ErrPassword, selector)
 		}
 		if !(el.name == "TEXTAREA" || (el.name == "INPUT" && textTypes[typ])) {
-			return fmt.Errorf("%w: %s is not a text field (%s %s)", ErrBadRequest, selector, strings.ToLower(el.name), typ)
+			return fmt.Errorf("%w: %s is not a text field", ErrBadRequest, selector)
 		}
 		obj, err := cdp.Call(ctx, t, dom.ResolveNode, dom.ResolveNodeParams{NodeID: el.id})
 		if err != nil || obj.Object == nil {
 			return fmt.Errorf("%w: %s", ErrNoElement, selector)
 		}
+		yes := true
 		res, err := cdp.Call(ctx, t, runtime.CallFunctionOn, runtime.CallFunctionOnParams{ObjectID: obj.Object.ObjectID,
 			FunctionDeclaration: fmt.Sprintf(`function() {
   const proto = this.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
   Object.getOwnPropertyDescriptor(proto, 'value').set.call(this, %s);
   this.dispatchEvent(new Event('input', {bubbles: true}));
   this.dispatchEvent(new Event('change', {bubbles: true}));
-  if (%t && this.form) this.form.requestSubmit();
-}`, js(text), submit)})
+  if (!%t) return "ok";
+  if (!this.form) return "no-form";
+  // The form's own action (a field named "action" cannot shadow it here).
+  const action = Object.getOwnPropertyDescriptor(HTMLFormElement.prototype, 'action').get.call(this.form);
+  let h = '';
+  try { h = new URL(action).hostname.toLowerCase().replace(/\.$/, '').replace(/^\[(.*)\]$/, '$1'); } catch (e) {}
+  if (h !== %s) return "other-site";
+  HTMLFormElement.prototype.requestSubmit.call(this.form);
+  return "ok";
+}`, js(text), submit, js(host)), ReturnByValue: &yes})
 		if err != nil {
 			return err
 		}
 		if res.ExceptionDetails != nil {
 			return fmt.Errorf("the page refused the text (an exception in its scripts)")
+		}
+		var said string
+		if res.Result != nil {
+			_ = json.Unmarshal(res.Result.Value, &said)
+		}
+		switch said {
+		case "no-form":
+			return fmt.Errorf("%w: typed, but %s is in no form to submit", ErrBadRequest, selector)
+		case "other-site":
+			return fmt.Errorf("%w: typed, not submitted: the form sends to another site than %s", ErrOtherSite, host)
 		}
 		return nil
 	})
@@ -327,11 +369,21 @@ func netError(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return "the page did not finish in time"
 	}
-	if c := netCode.FindString(err.Error()); c != "" {
-		return "the page could not be loaded (" + c + ")"
+	var nav navError
+	if errors.As(err, &nav) {
+		if c := netCode.FindString(nav.text); c != "" && len(c) < 60 {
+			return "the page could not be loaded (" + c + ")"
+		}
+		return "the page could not be loaded"
 	}
 	return "the action failed in the page"
 }
+
+// navError is Chromium's own word on a navigation that failed (Page.navigate's
+// errorText), the one error text that does not come from the page.
+type navError struct{ text string }
+
+func (e navError) Error() string { return e.text }
 
 func firstOf(a, b string) string {
 	if a != "" {
@@ -350,7 +402,7 @@ func navigate(ctx context.Context, url string) error {
 			return err
 		}
 		if res.ErrorText != "" {
-			return fmt.Errorf("%s", res.ErrorText)
+			return navError{res.ErrorText}
 		}
 		return nil
 	}))
@@ -437,11 +489,11 @@ func (s *Service) read(ctx context.Context) (gatewayapi.BrowserPage, error) {
 // confirm, prompt, beforeunload) with "cancel", at once: a dialog would
 // otherwise hold the tab until the owner closed it.
 func dismissDialogs(tab context.Context) {
-	opened := make(chan struct{}, 16)
+	opened := make(chan bool, 16) // true: a beforeunload, which is accepted (the agent's navigation goes on)
 	_ = chromedp.Listen(tab, func(ev any) {
-		if _, ok := ev.(*cdppage.EventJavascriptDialogOpening); ok {
+		if d, ok := ev.(*cdppage.EventJavascriptDialogOpening); ok {
 			select {
-			case opened <- struct{}{}:
+			case opened <- d.Type == cdppage.DialogTypeBeforeunload:
 			default:
 			}
 		}
@@ -451,11 +503,13 @@ func dismissDialogs(tab context.Context) {
 			select {
 			case <-tab.Done():
 				return
-			case <-opened:
-				_ = chromedp.Do(tab, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-					_, err := cdp.Call(ctx, t, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: false})
+			case leave := <-opened:
+				dctx, cancel := context.WithTimeout(tab, 5*time.Second)
+				_ = chromedp.Do(dctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+					_, err := cdp.Call(ctx, t, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: leave})
 					return err
 				}))
+				cancel()
 			}
 		}
 	}()
@@ -473,7 +527,7 @@ func closeStray(ctx context.Context, sess *session) {
 			keep[string(c.Target.TargetID)] = true
 		}
 	}
-	infos, err := chromedp.Targets(sess.root)
+	infos, err := chromedp.Targets(ctx)
 	if err != nil {
 		return
 	}
@@ -482,5 +536,19 @@ func closeStray(ctx context.Context, sess *session) {
 		if in.Type == "page" && !keep[string(in.TargetID)] {
 			_, _ = cdp.Call(ctx, browser, target.CloseTarget, target.CloseTargetParams{TargetID: in.TargetID})
 		}
+	}
+}
+
+// tabGone reports whether the browser detached the tab (it was closed).
+func tabGone(t *tab) bool {
+	gone, err := chromedp.Detached(t.ctx)
+	if err != nil {
+		return true
+	}
+	select {
+	case <-gone:
+		return true
+	default:
+		return false
 	}
 }

@@ -242,6 +242,7 @@ func serve(ctx context.Context) error {
 		defer browsers.Close()
 		go browsers.Run(work, cfg.Tick)
 		pub.Browser = browsers
+		mgr.OnReset(browsers.Reset)
 	}
 	pub.AgentStorage = agentStorage
 	admin := &server.Admin{Manager: mgr, Store: store, SpendLimits: cfg.SpendLimits, Credentials: creds, Metrics: metrics, Archiver: agentClient, Mover: agentClient, Maker: agentStorage, Log: log}

@@ -98,6 +98,7 @@ func (c *Config) defaults() {
 
 // Manager owns the sandboxes of one stack.
 type Manager struct {
+	onReset func(ctx context.Context, user string) error // see OnReset
 	eng     Engine
 	pauser  Pauser   // nil: the engine cannot pause; the first idle tier stops
 	nets    Networks // nil: the engine has no per-sandbox networks; it reports addresses

@@ -30,6 +30,11 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 	if err := m.eng.RemoveAll(ctx, m.names(name)); err != nil {
 		return err
 	}
+	if m.onReset != nil { // what else the user has: the browser sandbox and its profile
+		if err := m.onReset(ctx, user); err != nil {
+			return err
+		}
+	}
 	if err := m.reg.DeleteSandbox(ctx, user); err != nil {
 		return err
 	}
@@ -42,3 +47,8 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 	m.audit(user, "sandbox.reset", map[string]any{"sandbox": name})
 	return nil
 }
+
+// OnReset adds f to what Reset removes of a user (by user id, whatever
+// the sandbox's name): the browser sandbox and its profile. Set it before
+// the manager serves.
+func (m *Manager) OnReset(f func(ctx context.Context, user string) error) { m.onReset = f }

@@ -182,6 +182,19 @@ func (b *Browsers) Remove(ctx context.Context, user string) error {
 	return ignoreGone(err)
 }
 
+// Purge removes the container and the profile volume (a user's reset: the
+// sign-ins go too).
+func (b *Browsers) Purge(ctx context.Context, user string) error {
+	if err := b.Remove(ctx, user); err != nil {
+		return err
+	}
+	_, err := b.d.cli.VolumeRemove(ctx, b.ProfileVolume(user), client.VolumeRemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove volume %s: %w", b.ProfileVolume(user), err)
+	}
+	return nil
+}
+
 // Kill kills the user's browser sandbox at once (tests: a crash mid-task).
 func (b *Browsers) Kill(ctx context.Context, user string) error {
 	_, err := b.d.cli.ContainerKill(ctx, b.container(user), client.ContainerKillOptions{Signal: "KILL"})

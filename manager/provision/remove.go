@@ -20,20 +20,10 @@ func (d *Docker) RemoveContainer(ctx context.Context, n lifecycle.Names) error {
 	return nil
 }
 
-// RemoveAll removes the container, the network and both volumes (a reset),
-// and the user's browser sandbox with its profile (its sign-ins).
+// RemoveAll removes the container, the network and both volumes (a reset).
 func (d *Docker) RemoveAll(ctx context.Context, n lifecycle.Names) error {
 	if err := d.RemoveContainer(ctx, n); err != nil {
 		return err
-	}
-	if !n.Pool() {
-		b := &Browsers{d: d}
-		if err := b.Remove(ctx, n.Sandbox); err != nil {
-			return err
-		}
-		if _, err := d.cli.VolumeRemove(ctx, b.ProfileVolume(n.Sandbox), client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("remove volume %s: %w", b.ProfileVolume(n.Sandbox), err)
-		}
 	}
 	for {
 		id, err := d.findNetwork(ctx, n)
