@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/affido/affido/internal/atomicfile"
 	"github.com/affido/affido/internal/browserapi"
 )
 
@@ -74,32 +75,14 @@ func Bridge(in io.Reader, out io.Writer) error {
 // synced before it answers "ok".
 func saveCookies(st net.Conn) error {
 	defer st.Close()
-	tmp := browserapi.CookieFile + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(f, io.LimitReader(st, browserapi.MaxCookies+1))
-	if err == nil && n > browserapi.MaxCookies {
+	b, err := io.ReadAll(io.LimitReader(st, browserapi.MaxCookies+1))
+	if err == nil && len(b) > browserapi.MaxCookies {
 		err = errors.New("cookies too large")
 	}
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, browserapi.CookieFile)
-	}
-	if err == nil {
-		if d, derr := os.Open(browserapi.ProfileDir); derr == nil {
-			err = d.Sync()
-			d.Close()
-		}
+		err = atomicfile.Write(browserapi.CookieFile, b, 0o600)
 	}
 	if err != nil {
-		os.Remove(tmp)
 		fmt.Fprintf(st, "%v\n", err)
 		return err
 	}

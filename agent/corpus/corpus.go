@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/affido/affido/internal/atomicfile"
 )
 
 // MaxDocument is the largest document accepted.
@@ -64,26 +66,6 @@ func (c *Corpus) index(name string) ([]Version, error) {
 	return vs, nil
 }
 
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // Check validates a document before anything is written.
 func Check(name string, data []byte) error {
 	switch {
@@ -121,11 +103,11 @@ func (c *Corpus) Ingest(name string, data []byte) (Version, bool, error) {
 	if err := os.MkdirAll(c.docDir(name), 0o755); err != nil {
 		return Version{}, false, err
 	}
-	if err := writeAtomic(filepath.Join(c.docDir(name), fmt.Sprintf("v%d", v.Version)), data); err != nil {
+	if err := atomicfile.Write(filepath.Join(c.docDir(name), fmt.Sprintf("v%d", v.Version)), data, 0o644); err != nil {
 		return Version{}, false, err
 	}
 	idx, _ := json.MarshalIndent(append(vs, v), "", "  ")
-	if err := writeAtomic(filepath.Join(c.docDir(name), "index.json"), idx); err != nil {
+	if err := atomicfile.Write(filepath.Join(c.docDir(name), "index.json"), idx, 0o644); err != nil {
 		return Version{}, false, err
 	}
 	return v, true, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/affido/affido/agent/agents"
 	"github.com/affido/affido/agent/durable"
 	"github.com/affido/affido/agent/durable/sqlite"
+	"github.com/affido/affido/internal/atomicfile"
 	"github.com/affido/affido/internal/sandboxapi"
 )
 
@@ -38,56 +39,37 @@ var ErrNoStorage = errors.New("the agents' databases are on a storage this sandb
 // the stack's default (Config.UseStorage). An unreadable storage.json is
 // an error, never a guess.
 func (s *Host) StorageKind() (string, error) {
+	kind, _, err := s.storageKind()
+	return kind, err
+}
+
+// storageKind is StorageKind, and whether storage.json says it.
+func (s *Host) storageKind() (kind string, recorded bool, err error) {
 	b, err := os.ReadFile(filepath.Join(s.DataDir(), storageFile))
 	switch {
 	case err == nil:
 		var rec struct{ Kind string }
 		if json.Unmarshal(b, &rec) != nil || (rec.Kind != KindSQLite && rec.Kind != KindPostgres) {
-			return "", fmt.Errorf("%s holds no storage kind: %q", storageFile, b)
+			return "", false, fmt.Errorf("%s holds no storage kind: %q", storageFile, b)
 		}
-		return rec.Kind, nil
+		return rec.Kind, true, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("read %s: %w", storageFile, err)
+		return "", false, fmt.Errorf("read %s: %w", storageFile, err)
 	}
 	if _, err := os.Stat(s.cfg.SessionDB); err == nil {
-		return KindSQLite, nil
+		return KindSQLite, false, nil
 	}
 	if s.cfg.Storage != nil && s.cfg.UseStorage {
-		return KindPostgres, nil
+		return KindPostgres, false, nil
 	}
-	return KindSQLite, nil
+	return KindSQLite, false, nil
 }
 
 // writeStorageKind records kind in storage.json (a temporary file, synced,
 // renamed over it).
 func (s *Host) writeStorageKind(kind string) error {
 	b, _ := json.Marshal(map[string]string{"kind": kind})
-	path := filepath.Join(s.DataDir(), storageFile)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(s.DataDir())
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(filepath.Join(s.DataDir(), storageFile), b, 0o600)
 }
 
 // openDBOn opens agent a's database on kind's storage.

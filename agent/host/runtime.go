@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,11 +141,11 @@ func (s *Host) removeUnregistered(list []agents.Agent) {
 // databases live, recording that in storage.json before the first open (so
 // a later change of the stack's default never moves them).
 func (s *Host) openDB(ctx context.Context, a agents.Agent) (durable.DB, error) {
-	kind, err := s.StorageKind()
+	kind, recorded, err := s.storageKind()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(s.DataDir(), storageFile)); errors.Is(err, fs.ErrNotExist) {
+	if !recorded {
 		if err := s.writeStorageKind(kind); err != nil {
 			return nil, fmt.Errorf("record the storage: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/affido/affido/internal/atomicfile"
 	"github.com/affido/affido/internal/sandboxapi"
 )
 
@@ -159,34 +160,8 @@ func (s *Store) write(r record) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(s.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, FileName+".*.tmp") // created 0600
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly once renamed
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(s.path, b, 0o600)
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -49,19 +48,7 @@ func (s *Service) saveCookies(ctx context.Context, sess *session) error {
 	if sum == sess.cookies {
 		return nil
 	}
-	st, err := sess.mux.Open()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := st.Write(append([]byte{browserapi.StreamSaveCookies}, raw...)); err != nil {
-		return err
-	}
-	if err := st.Close(); err != nil { // a half close: the answer still comes
-		return err
-	}
-	answer, err := io.ReadAll(io.LimitReader(st, 512))
+	answer, err := exchange(sess.mux, browserapi.StreamSaveCookies, 10*time.Second, 512, raw)
 	if err != nil {
 		return err
 	}
@@ -74,16 +61,7 @@ func (s *Service) saveCookies(ctx context.Context, sess *session) error {
 
 // loadCookies gives a freshly started browser the cookies last saved.
 func (s *Service) loadCookies(ctx context.Context, sess *session) error {
-	st, err := sess.mux.Open()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := st.Write([]byte{browserapi.StreamLoadCookies}); err != nil {
-		return err
-	}
-	raw, err := io.ReadAll(io.LimitReader(st, browserapi.MaxCookies))
+	raw, err := exchange(sess.mux, browserapi.StreamLoadCookies, 10*time.Second, browserapi.MaxCookies)
 	if err != nil || len(raw) == 0 {
 		return err
 	}

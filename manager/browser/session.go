@@ -208,22 +208,7 @@ func (s *Service) acceptProxy(ctx context.Context, user string, u *userState, mu
 
 // sendFile writes one file into the sandbox's upload directory.
 func sendFile(mux *yamux.Session, name string, data []byte) error {
-	st, err := mux.Open()
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	_ = st.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := st.Write(append([]byte{browserapi.StreamFile}, []byte(name+"\n")...)); err != nil {
-		return err
-	}
-	if _, err := st.Write(data); err != nil {
-		return err
-	}
-	if err := st.Close(); err != nil { // yamux: a half close; the answer still comes
-		return err
-	}
-	answer, err := io.ReadAll(io.LimitReader(st, 512))
+	answer, err := exchange(mux, browserapi.StreamFile, 30*time.Second, 512, []byte(name+"\n"), data)
 	if err != nil {
 		return err
 	}
@@ -231,6 +216,29 @@ func sendFile(mux *yamux.Session, name string, data []byte) error {
 		return fmt.Errorf("%w: upload: %s", ErrBrowser, answer)
 	}
 	return nil
+}
+
+// exchange opens a stream of kind, sends parts, half-closes it and reads
+// the sandbox's answer (at most limit bytes), all within timeout.
+func exchange(mux *yamux.Session, kind byte, timeout time.Duration, limit int64, parts ...[]byte) ([]byte, error) {
+	st, err := mux.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(timeout))
+	if _, err := st.Write([]byte{kind}); err != nil {
+		return nil, err
+	}
+	for _, p := range parts {
+		if _, err := st.Write(p); err != nil {
+			return nil, err
+		}
+	}
+	if err := st.Close(); err != nil { // yamux: a half close; the answer still comes
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(st, limit))
 }
 
 // closeOrphans closes the tabs an earlier session left (it was paused, or

@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/affido/affido/internal/gatewayapi"
 )
@@ -14,65 +14,59 @@ import (
 // blockingEngine holds Up until released: the action under way.
 type blockingEngine struct {
 	countingEngine
-	entered chan struct{}
 	release chan struct{}
 }
 
 func (e *blockingEngine) Up(ctx context.Context, _ string) error {
-	e.entered <- struct{}{}
 	<-e.release
 	return errors.New("no engine here")
 }
 
 // The attack: a sandbox floods its user's browser with actions while one
 // is under way. At most maxWaiting wait, the rest are refused at once, and
-// a waiting one gives up when its request ends.
+// a waiting one gives up when its request ends. (synctest.Wait returns
+// once every goroutine of the test is blocked: no clock is waited on.)
 func TestActionsWaitingForTheBrowserAreBounded(t *testing.T) {
-	eng := &blockingEngine{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	s := New(Config{Engine: eng, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	open := gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, Agent: "main", URL: "https://example.org/"}
-	first := make(chan error, 1)
-	go func() { _, err := s.Do(context.Background(), "alice", open); first <- err }()
-	<-eng.entered // the first action holds the turn
+	synctest.Test(t, func(t *testing.T) {
+		eng := &blockingEngine{release: make(chan struct{})}
+		s := New(Config{Engine: eng, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		open := gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, Agent: "main", URL: "https://example.org/"}
+		go func() { _, _ = s.Do(context.Background(), "alice", open) }()
+		synctest.Wait() // the first action holds the turn, in Up
 
-	type result struct{ err error }
-	waiting := make(chan result, maxWaiting)
-	ctxs := make([]context.CancelFunc, maxWaiting)
-	for i := range maxWaiting {
-		ctx, cancel := context.WithCancel(context.Background())
-		ctxs[i] = cancel
-		go func() { _, err := s.Do(ctx, "alice", open); waiting <- result{err} }()
-	}
-	u := s.user("alice")
-	deadline := time.Now().Add(10 * time.Second)
-	for u.op.waiting.Load() < maxWaiting {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d waiting, want %d", u.op.waiting.Load(), maxWaiting)
+		waiting := make(chan error, maxWaiting)
+		cancels := make([]context.CancelFunc, maxWaiting)
+		for i := range maxWaiting {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels[i] = cancel
+			go func() { _, err := s.Do(ctx, "alice", open); waiting <- err }()
 		}
-		time.Sleep(10 * time.Millisecond) // polling a condition, with a deadline
-	}
-	if _, err := s.Do(context.Background(), "alice", open); !errors.Is(err, ErrBusy) {
-		t.Fatalf("one more than the bound: %v, want ErrBusy at once", err)
-	}
-	ctxs[0]()
-	select {
-	case r := <-waiting:
-		if !errors.Is(r.err, ErrBusy) {
-			t.Fatalf("a waiting action whose request ended: %v", r.err)
+		synctest.Wait()
+		if n := s.user("alice").op.waiting.Load(); n != maxWaiting {
+			t.Fatalf("%d waiting, want %d", n, maxWaiting)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a waiting action did not give up when its request ended")
-	}
-	// Another user is not held by alice's queue.
-	go func() { _, _ = s.Do(context.Background(), "bob", open) }()
-	select {
-	case <-eng.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("bob waited for alice")
-	}
-	close(eng.release)
-	<-first
-	for _, c := range ctxs[1:] {
-		c()
-	}
+		if _, err := s.Do(context.Background(), "alice", open); !errors.Is(err, ErrBusy) {
+			t.Fatalf("one more than the bound: %v, want ErrBusy at once", err)
+		}
+		cancels[0]()
+		synctest.Wait()
+		select {
+		case err := <-waiting:
+			if !errors.Is(err, ErrBusy) {
+				t.Fatalf("a waiting action whose request ended: %v", err)
+			}
+		default:
+			t.Fatal("a waiting action did not give up when its request ended")
+		}
+		// Another user is not held by alice's queue: bob's action reaches Up.
+		go func() { _, _ = s.Do(context.Background(), "bob", open) }()
+		synctest.Wait()
+		if n := s.user("bob").op.waiting.Load(); n != 0 {
+			t.Fatalf("bob waits for alice (%d waiting)", n)
+		}
+		close(eng.release)
+		for _, c := range cancels[1:] {
+			c()
+		}
+	})
 }

@@ -209,15 +209,18 @@ func TestSuccessesCostNothing(t *testing.T) {
 	}
 }
 
-// slowAuth holds every API token lookup until released, and counts them.
+// slowAuth holds every API token lookup until released, counts them and
+// says when each begins.
 type slowAuth struct {
 	fakeAuth
 	release chan struct{}
 	n       *atomic.Int32
+	began   chan struct{}
 }
 
 func (a slowAuth) UserForAPIToken(ctx context.Context, tok string) (string, error) {
 	a.n.Add(1)
+	a.began <- struct{}{}
 	<-a.release
 	return a.fakeAuth.UserForAPIToken(ctx, tok)
 }
@@ -234,10 +237,10 @@ func TestABurstOfANewTokenWaitsForItsLookup(t *testing.T) {
 	}{{"a good token", "t-new", 200}, {"a bad token", "t-guess", 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			var n atomic.Int32
-			auth := slowAuth{fakeAuth{tokens: map[string]string{"t-new": "alice"}}, make(chan struct{}), &n}
+			const burst = 50
+			auth := slowAuth{fakeAuth{tokens: map[string]string{"t-new": "alice"}}, make(chan struct{}), &n, make(chan struct{}, burst)}
 			s := &Server{EdgeDeps: EdgeDeps{Auth: auth, Resolver: sameEndpoint{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			h := s.Handler()
-			const burst = 50
 			codes := make(chan int, burst)
 			for range burst {
 				go func() {
@@ -249,12 +252,13 @@ func TestABurstOfANewTokenWaitsForItsLookup(t *testing.T) {
 					codes <- w.Code
 				}()
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for n.Load() < credFailureBurst {
-				if time.Now().After(deadline) {
+			timeout := time.After(10 * time.Second)
+			for range credFailureBurst { // the lookups the credential's budget lets start
+				select {
+				case <-auth.began:
+				case <-timeout:
 					t.Fatalf("%d lookups in flight, want %d", n.Load(), credFailureBurst)
 				}
-				time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
 			}
 			close(auth.release)
 			got := map[int]int{}
