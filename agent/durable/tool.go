@@ -22,8 +22,10 @@ type Tool struct {
 	// run while outside text is in the context.
 	ReadOnly bool
 	// AlwaysAsk tools ask the owner on every call: no rule can allow them
-	// (creating a scheduled job from a tool, for example).
+	// (creating a scheduled job from a tool, for example). AskReason, if
+	// set, is what such a call says to the owner instead of the default.
 	AlwaysAsk bool
+	AskReason string
 	// AsksAfterOutside tools ask the owner whenever outside text has
 	// entered the conversation since the owner's last message, even if a
 	// reset or a summary took it out of the context since, and whatever the

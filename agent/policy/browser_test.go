@@ -91,6 +91,26 @@ func TestBrowserUploadAlwaysAsks(t *testing.T) {
 	}
 }
 
+// A take-over always asks, in its own words (the owner's decision is the
+// hand-back): a stored allow rule changes nothing, "allow always" is not
+// offered.
+func TestBrowserTakeOverAlwaysAsks(t *testing.T) {
+	store := openStore(t)
+	take := durable.Tool{Name: "browser_take_over", AlwaysAsk: true, AskReason: "the agent asks you to take over its browser tab",
+		Parameters: durable.Schema(`"url":{"type":"string"},"reason":{"type":"string"}`, "url", "reason")}
+	book := &Book{Tools: []durable.Tool{bOpen, take}}
+	args := `{"url":"https://shop.example/login","reason":"sign in"}`
+	stored := []Rule{{ID: 1, Tool: "browser_take_over", Effect: durable.Allow}}
+	for _, rules := range [][]Rule{stored, nil} {
+		if v := judge(t, store, book, rules, take, args, false); v.Effect != durable.Ask || v.Reason != take.AskReason {
+			t.Fatalf("take over with rules %v: %+v", rules, v)
+		}
+	}
+	if _, err := book.Proposal(durable.Approval{Tool: "browser_take_over", Arguments: json.RawMessage(args)}); !errors.Is(err, ErrNoProposal) {
+		t.Fatalf("allow always on a take-over: %v", err)
+	}
+}
+
 // browser_open asks for a host no rule names, and shares the site rules of
 // fetch_url: the owner's host rule on either covers both, and its words
 // say so; an unconditional rule on one covers only that one.

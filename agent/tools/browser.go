@@ -37,7 +37,10 @@ const BrowserTimeout = 90 * time.Second
 //     on that site (a rule with its host); the manager refuses typing into
 //     a password field whatever the rules, and acting on a page of another
 //     host than the call's url;
-//   - browser_upload always asks (no rule can allow it).
+//   - browser_upload always asks (no rule can allow it);
+//   - browser_take_over always asks: the owner takes the tab over from a
+//     live view in the web client (a sign-in), and allowing the call is
+//     handing it back.
 //
 // Everything the page says (its title and address included) reaches the
 // model only through browser_read, as outside text; the other tools'
@@ -177,6 +180,27 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 					return durable.ToolResult{}, err
 				}
 				return durable.ToolResult{Output: fmt.Sprintf("gave %s to %s", a.Path, a.Selector), Data: pageData("browser_upload", p, "file", a.Path)}, nil
+			},
+		},
+		{
+			// The approval is the wait: the owner signs in on the live view
+			// of this tab in the web client, then "allows" the call, which
+			// is handing the tab back. It always asks, so no rule can make
+			// it a no-op, and a stored approval survives any restart.
+			Name: "browser_take_over",
+			Description: "Ask the owner to take over your tab (a sign-in, a captcha, anything you must not type): they see it live in the app, " +
+				"act on it, and hand it back; then read the page again with browser_read. Open the page that needs them first. Always asks the owner.",
+			Parameters: durable.Schema(urlParam+`,"reason":{"type":"string","description":"what the owner should do, in a sentence"}`, "url", "reason"),
+			AlwaysAsk:  true,
+			AskReason: "the agent asks you to take over its browser tab (a sign-in, say): open the live view, do what it asks there, " +
+				"then Allow once to hand the tab back (Deny if you will not); browser_take_over always asks",
+			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+				var a struct{ URL, Reason string }
+				if err := decode(args, &a); err != nil {
+					return durable.ToolResult{}, err
+				}
+				return durable.ToolResult{Output: "the owner handed the tab back. Read the page with browser_read.",
+					Data: pageData("browser_take_over", gatewayapi.BrowserPage{URL: a.URL}, "handed_back", true)}, nil
 			},
 		},
 		{

@@ -39,7 +39,11 @@ func site(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/site/account", http.StatusSeeOther)
 			return
 		}
-		page("Sign in", `<h1>Sign in</h1><form method="post" action="/site/login"><input id="user" name="user"><input id="password" name="password" type="password"><button id="go" type="submit">Sign in</button></form>`)
+		// Laid out in fractions of the window, so a test can tap each
+		// field on the live view of any size: the name in the top quarter,
+		// the password in the second, the button in the third.
+		page("Sign in", `<style>html,body{margin:0;height:100%}form>*{position:fixed;left:5%;width:90%;height:20%;font-size:28px;box-sizing:border-box}#user{top:5%}#password{top:30%}#go{top:55%}h1{position:fixed;top:80%;margin:0 5%}</style>`+
+			`<h1>Sign in</h1><form method="post" action="/site/login"><input id="user" name="user"><input id="password" name="password" type="password"><button id="go" type="submit">Sign in</button></form>`)
 	case "account":
 		c, err := r.Cookie("session")
 		if err != nil {

@@ -62,6 +62,9 @@ type Config struct {
 	Timeout time.Duration
 	Log     *slog.Logger
 	Now     func() time.Time
+	// Audit records an event in the user's Activity (the sandbox's
+	// tiers, each action, the owner's take-over); nil: none.
+	Audit func(user, kind string, detail map[string]any)
 }
 
 // Errors the gateway maps to problem responses.
@@ -105,6 +108,8 @@ const (
 	tierStopped
 	tierRemoved
 )
+
+var tierNames = [...]string{"up", "paused", "stopped", "removed"}
 
 // New returns the service.
 func New(cfg Config) *Service {

@@ -82,7 +82,8 @@ func (s *Service) Sweep(ctx context.Context) {
 				s.cfg.Log.Warn("browser: idle tier", "user", id, "tier", want, "err", err)
 			} else {
 				u.tier = want
-				s.cfg.Log.Info("browser: idle", "user", id, "tier", [...]string{"up", "paused", "stopped", "removed"}[want])
+				s.cfg.Log.Info("browser: idle", "user", id, "tier", tierNames[want])
+				s.audit(id, "browser."+tierNames[want], map[string]any{"idle": idle.Round(time.Second).String()})
 			}
 		}
 		u.op.Unlock()

@@ -50,49 +50,14 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		}
 		return gatewayapi.BrowserPage{}, nil
 	}
-	sess, err := s.ensure(ctx, user, u)
+	sess, t, err := s.tabFor(ctx, user, u, req.Agent, req.Action == gatewayapi.BrowserOpen)
 	if err != nil {
 		return gatewayapi.BrowserPage{}, err
 	}
-	t := sess.tabs[req.Agent]
-	if t != nil && tabGone(t) { // the page closed it (window.close)
-		t.cancel()
-		delete(sess.tabs, req.Agent)
-		t = nil
-	}
-	reopen := ""
-	if t == nil {
-		reopen = u.lastURL[req.Agent]
-		if req.Action != gatewayapi.BrowserOpen && reopen == "" {
-			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: call browser_open first", ErrNoPage)
-		}
-		tctx, tcancel := chromedp.NewContext(sess.root)
-		// The first run makes the tab for as long as tctx lives: it must
-		// have no deadline of its own (a timer ends tctx instead).
-		timer := time.AfterFunc(s.cfg.Timeout, tcancel)
-		err := chromedp.Do(tctx)
-		timer.Stop()
-		if err != nil {
-			tcancel()
-			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: open a tab: %v", ErrBrowser, err)
-		}
-		t = &tab{ctx: tctx, cancel: tcancel}
-		sess.tabs[req.Agent] = t
-		dismissDialogs(tctx)
-	}
 	// The action runs in the tab, bounded by the request's deadline.
-	actx, acancel := context.WithCancel(t.ctx)
+	actx, acancel := within(t, ctx)
 	defer acancel()
-	stop := context.AfterFunc(ctx, acancel)
-	defer stop()
-	if reopen != "" && req.Action != gatewayapi.BrowserOpen {
-		// The tab went with its sandbox: open it again where it was.
-		if err := navigate(actx, reopen); err != nil {
-			s.cfg.Log.Info("browser: reopen the tab's last page", "user", user, "url", reopen, "err", err)
-			return gatewayapi.BrowserPage{}, fmt.Errorf("%w: the tab's last page did not open again after the browser restarted (%s); call browser_open", ErrPage, netError(err))
-		}
-	}
-
+	unfit(actx, t)
 	page, err := s.act(actx, sess, req)
 	switch {
 	case err == nil || errors.Is(err, ErrPassword) || errors.Is(err, ErrOtherSite) || errors.Is(err, ErrNoElement) || errors.Is(err, ErrBadRequest):
@@ -105,6 +70,7 @@ func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserReq
 		s.cfg.Log.Info("browser: an action failed", "user", user, "action", req.Action, "err", err)
 		err = fmt.Errorf("%w: %s", ErrPage, netError(err))
 	}
+	s.audit(user, "browser.action", map[string]any{"agent": req.Agent, "action": req.Action, "host": hostOf(req.URL), "ok": err == nil})
 	if page.URL == "" && err == nil {
 		page.URL, _ = chromedp.Run(actx, chromedp.Location())
 	}

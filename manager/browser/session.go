@@ -30,6 +30,7 @@ type session struct {
 type tab struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	fit    fitting // the live view's size, while the owner looks
 }
 
 // attach is a chromedp allocator for a browser that runs already, over a
@@ -76,6 +77,9 @@ func (s *Service) ensure(ctx context.Context, user string, u *userState) (*sessi
 	}
 	if err := s.cfg.Engine.Up(ctx, user); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBrowser, err)
+	}
+	if u.tier != tierUp {
+		s.audit(user, "browser.started", map[string]any{"from": tierNames[u.tier]})
 	}
 	u.tier = tierUp
 	sess, err := s.connect(ctx, user, u)

@@ -221,7 +221,7 @@ func serve(ctx context.Context) error {
 			Health: healthOf{store, mgr}, Metrics: metrics, Handoff: handoff},
 		GatewayDeps: server.GatewayDeps{Gateway: store, Provider: provider, Usage: store,
 			Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits,
-			WebPrices: cfg.WebPrices, WebPerMinute: cfg.WebPerMinute,
+			WebPrices: cfg.WebPrices, WebPerMinute: cfg.WebPerMinute, BrowserPrice: cfg.BrowserPrice,
 			Notifications: store, Kick: deliverer.Kick, NotifyQueueMax: cfg.NotifyQueueMax, Wakes: mgr,
 			FetchClient: fetchClient, Search: search, MarketplaceDir: cfg.MarketplaceDir, Connectors: conns},
 		OwnerDeps: server.OwnerDeps{Accounts: store, Owners: store, URLCheck: guard, OpenSignUp: cfg.OpenSignUp,
@@ -238,6 +238,13 @@ func serve(ctx context.Context) error {
 				NanoCPUs: int64(cfg.SandboxCPUs * 1e9), PidsLimit: 512}),
 			Dial: guard.DialContext, Transport: guard.Transport(gatewayapi.FetchTimeout),
 			IdlePause: cfg.IdlePause, IdleStop: cfg.IdleStop, IdleRemove: cfg.IdleRemove, Log: log,
+			Audit: func(user, kind string, detail map[string]any) {
+				ctx, cancel := context.WithTimeout(work, 2*time.Second)
+				defer cancel()
+				if err := store.Audit(ctx, user, kind, detail); err != nil {
+					log.Warn("browser: not recorded in the activity", "user", user, "kind", kind, "err", err)
+				}
+			},
 		})
 		defer browsers.Close()
 		go browsers.Run(work, cfg.Tick)

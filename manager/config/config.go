@@ -61,6 +61,7 @@ type Config struct {
 	SearchKey        string                 // AFFIDO_SEARCH_KEY, or the file AFFIDO_SEARCH_KEY_FILE
 	WebPrices        spend.WebPrices        // AFFIDO_PRICE_WEB_SEARCH, AFFIDO_PRICE_FETCH: USD per call
 	WebPerMinute     int                    // AFFIDO_WEB_PER_MINUTE: web_search and fetch_url calls per user per minute (0: no limit)
+	BrowserPrice     int64                  // AFFIDO_PRICE_BROWSER_MINUTE: USD per minute of the agents' browser actions
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
 	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
@@ -264,6 +265,9 @@ func Load() (Config, error) {
 	// tests exercise spend.
 	c.WebPrices = spend.WebPrices{Search: usd("AFFIDO_PRICE_WEB_SEARCH", "0.005"), Fetch: usd("AFFIDO_PRICE_FETCH", "0.001")}
 	c.WebPerMinute = int(num("AFFIDO_WEB_PER_MINUTE", 30))
+	// The browser's time: a small share of a core and 150 MiB or more
+	// while it acts.
+	c.BrowserPrice = usd("AFFIDO_PRICE_BROWSER_MINUTE", "0.002")
 	c.SpendLimits = spend.Limits{Daily: usd("AFFIDO_SPEND_DAILY_USD", "5"), Monthly: usd("AFFIDO_SPEND_MONTHLY_USD", "50")}
 	if c.SandboxProxy != "" && len(c.ControlKey) < sandboxapi.MinControlKeyLen {
 		errs = append(errs, fmt.Errorf("%s: the key of Caddy's control listener, at least %d characters (./dev.sh up makes one), got %d", sandboxapi.EnvControlKey, sandboxapi.MinControlKeyLen, len(c.ControlKey)))

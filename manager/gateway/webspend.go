@@ -44,24 +44,12 @@ func (h *Web) charge(w http.ResponseWriter, r *http.Request, user, tool string) 
 	if h.Ledger == nil || price == 0 {
 		return none, true
 	}
-	id, err := h.Ledger.Reserve(r.Context(), user, tool, price, h.Limits)
-	switch {
-	case errors.Is(err, spend.ErrLimit):
-		detail := err.Error()
-		var le *spend.LimitError
-		if errors.As(err, &le) {
-			le.Call = fmt.Sprintf("this %s costs %s", tool, spend.Dollars(price))
-			detail = le.Error() // a wrapping error's text was made before Call was set
-		}
-		if h.OnLimit != nil {
+	id, perr := Reserve(r.Context(), h.Ledger, h.Limits, user, tool, price, fmt.Sprintf("this %s costs %s", tool, spend.Dollars(price)))
+	if perr != nil {
+		if perr.Status == http.StatusPaymentRequired && h.OnLimit != nil {
 			h.OnLimit(user)
 		}
-		problem.Write(w, http.StatusPaymentRequired, gatewayapi.ProblemSpendLimit, detail)
-		return none, false
-	case err != nil:
-		h.Log.Warn("gateway: spend not reserved", "user", user, "tool", tool, "err", err)
-		w.Header().Set("Retry-After", "2")
-		problem.Write(w, http.StatusServiceUnavailable, "unavailable", "the spend ledger is unavailable")
+		problem.Respond(w, r, h.Log, perr) // a ledger that failed is logged there
 		return none, false
 	}
 	return func() {
@@ -71,6 +59,27 @@ func (h *Web) charge(w http.ResponseWriter, r *http.Request, user, tool string) 
 			h.Log.Warn("gateway: spend not settled (the reservation stands)", "user", user, "id", id, "err", err)
 		}
 	}, true
+}
+
+// Reserve reserves micros for a call of what (the ledger's name for it)
+// by user, or returns the problem refusing it: the spend limits (402,
+// saying call: what this one costs), or a ledger that does not answer
+// (503, its error the problem's cause).
+func Reserve(ctx context.Context, l spend.Ledger, lim spend.Limits, user, what string, micros int64, call string) (int64, *problem.Error) {
+	id, err := l.Reserve(ctx, user, what, micros, lim)
+	switch {
+	case errors.Is(err, spend.ErrLimit):
+		detail := err.Error()
+		var le *spend.LimitError
+		if errors.As(err, &le) {
+			le.Call = call
+			detail = le.Error() // a wrapping error's text was made before Call was set
+		}
+		return 0, problem.New(http.StatusPaymentRequired, gatewayapi.ProblemSpendLimit, detail)
+	case err != nil:
+		return 0, problem.New(http.StatusServiceUnavailable, "unavailable", "the spend ledger is unavailable").Retry(2).Because(err)
+	}
+	return id, nil
 }
 
 // perMinute admits at most n calls per key in any 60 seconds (n < 1: any

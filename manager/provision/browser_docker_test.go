@@ -1,10 +1,13 @@
 package provision
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
+	"image/jpeg"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -73,6 +76,11 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 			fmt.Fprint(w, `<title>Alert</title><h1>Dialogs</h1><script>alert("stop"); confirm("really?")</script>`)
 		case "/file":
 			fmt.Fprint(w, `<title>File</title><input id="f" type="file"><input id="tricky" onfocus="location='/login'">`)
+		case "/owner":
+			fmt.Fprint(w, `<title>Owner</title><style>body{margin:0}input{position:fixed;left:0;width:100%;height:40%}</style>`+
+				`<form action="/owner-done"><input id="name" name="name" style="top:0"><input id="pw" name="pw" type="password" style="top:50%"><button type="submit">Go</button></form>`)
+		case "/owner-done":
+			fmt.Fprintf(w, "<title>Done</title><h1>Hello %s, a password of %d characters</h1>", html.EscapeString(r.URL.Query().Get("name")), len(r.URL.Query().Get("pw")))
 		case "/login":
 			fmt.Fprint(w, `<title>Sign in</title><input id="user"><input id="pw" type="password"><button id="go">Go</button>`)
 		default:
@@ -186,6 +194,43 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 	shot := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserScreenshot})
 	if len(shot.PNG) < 100 || string(shot.PNG[1:4]) != "PNG" {
 		t.Fatalf("screenshot: %d bytes", len(shot.PNG))
+	}
+
+	// The owner's take-over: a picture of the tab sized to a phone, taps
+	// on its fields, text typed (a password too: the owner may), Enter; the
+	// agent's next read sees where the owner went.
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/owner"})
+	start = time.Now()
+	sc, err := svc.Screen(ctx, user, "main", 400, 700, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bench: the live view's first picture (the tab resized to a phone): %v, %d KiB", time.Since(start), len(sc.JPEG)>>10)
+	cfg, err := jpeg.DecodeConfig(bytes.NewReader(sc.JPEG))
+	if err != nil || cfg.Width != 800 || cfg.Height != 1400 || sc.Width != 400 || sc.Height != 700 || !strings.HasSuffix(sc.URL, "/owner") {
+		t.Fatalf("the live view's picture: %v %dx%d, the tab %dx%d at %s", err, cfg.Width, cfg.Height, sc.Width, sc.Height, sc.URL)
+	}
+	start = time.Now()
+	if _, err := svc.Screen(ctx, user, "main", 400, 700, 2); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bench: a live view picture: %v", time.Since(start))
+	for _, in := range []browser.Input{{Kind: "tap", X: 0.5, Y: 0.2}, {Kind: "text", Text: "carol"}, {Kind: "tap", X: 0.5, Y: 0.7},
+		{Kind: "text", Text: "hunter2"}, {Kind: "key", Key: "Enter"}} {
+		if err := svc.Input(ctx, user, "main", in); err != nil {
+			t.Fatalf("input %+v: %v", in, err)
+		}
+	}
+	if p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}); !strings.Contains(p.Text, "Hello carol, a password of 7 characters") {
+		t.Fatalf("after the owner's input: %q", p.Text)
+	}
+	for _, in := range []browser.Input{{Kind: "tap", X: 2}, {Kind: "key", Key: "F13"}, {Kind: "text", Text: "a\x00b"}, {Kind: "open", Text: "file:///etc/passwd"}, {Kind: "wiggle"}} {
+		if err := svc.Input(ctx, user, "main", in); !errors.Is(err, browser.ErrBadRequest) {
+			t.Fatalf("input %+v: %v, want a bad request", in, err)
+		}
+	}
+	if _, err := svc.Screen(ctx, user, "ops", 400, 700, 1); !errors.Is(err, browser.ErrNoPage) {
+		t.Fatalf("the live view of an agent with no tab: %v", err)
 	}
 
 	// Figures for the note (not asserted): a warm open, and the sandbox's

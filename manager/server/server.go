@@ -132,6 +132,9 @@ type GatewayDeps struct {
 	// (see gateway.Web) on the same Ledger.
 	WebPrices    spend.WebPrices
 	WebPerMinute int
+	// BrowserPrice is what a minute of the agents' browser actions costs,
+	// in micro-dollars, on the same Ledger (0: not charged).
+	BrowserPrice int64
 	// Notifications stores notifications sandboxes hand over; Kick starts delivery.
 	Notifications interface {
 		// EnqueueNotification stores a notification (its Key, Text, DueAt,
@@ -246,6 +249,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		if s.Connectors != nil {
 			s.connectorOwnerRoutes(mux)
+		}
+		if s.Browser != nil {
+			s.browserOwnerRoutes(mux)
 		}
 		(&web.Handler{Sessions: webSessions{s}, Cookie: SessionCookie, Log: s.Log}).Register(mux)
 	} else {

@@ -32,7 +32,7 @@ var pages = template.Must(template.ParseFS(files, "templates/*.html"))
 
 // CSP is the Content-Security-Policy of the client's static files: from
 // this origin only, no inline script, no framing.
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; " +
 	"font-src 'self'; manifest-src 'self'; worker-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
 // pageCSP is a page's policy: only the module the page names with this

@@ -194,7 +194,7 @@ func TestThePagePreloadsItsModules(t *testing.T) {
 			t.Errorf("not preloaded: %s", m)
 		}
 	}
-	for _, m := range []string{"pages.js", "agents.js", "connectors.js", "push.js"} {
+	for _, m := range []string{"pages.js", "agents.js", "connectors.js", "push.js", "takeover.js"} {
 		if strings.Contains(body, preload(m)) {
 			t.Errorf("preloaded, though only another page needs it: %s", m)
 		}

@@ -15,7 +15,7 @@ const state = {
   running: new Map(),       // run id -> what it is doing, for the busy line
   queued: [],               // prompts sent, not yet stored as entries
 };
-const pageNames = { agents: 'Agents', chat: 'Conversation', trace: 'Trace', approvals: 'Approvals', files: 'Files', skills: 'Skills', reminders: 'Reminders & jobs', activity: 'Activity', settings: 'Settings' };
+const pageNames = { agents: 'Agents', chat: 'Conversation', trace: 'Trace', approvals: 'Approvals', browser: 'Browser', files: 'Files', skills: 'Skills', reminders: 'Reminders & jobs', activity: 'Activity', settings: 'Settings' };
 
 function banner(text) {
   $('banner').textContent = text;
@@ -76,7 +76,7 @@ const decider = (name) => async (id, decision, note, rule) => {
 };
 const decide = decider(agentName);
 
-const timeline = new Timeline($('timeline'), { decide, pending: () => state.pending });
+const timeline = new Timeline($('timeline'), { decide, pending: () => state.pending, liveView: '#/browser' });
 
 // The busy line says what the runs of this conversation are doing.
 function track(e) {
@@ -473,7 +473,8 @@ function renderApprovalsPage(lists) {
   const cards = [];
   for (const [name, approvals] of lists) {
     const pending = new Map(approvals.map((a) => [a.id, a]));
-    const view = new Timeline(el('ol'), { decide: decider(name), pending: () => pending });
+    const liveView = name === agentName ? '#/browser' : `?agent=${encodeURIComponent(name)}#/browser`;
+    const view = new Timeline(el('ol'), { decide: decider(name), pending: () => pending, liveView });
     for (const a of approvals) {
       const card = view.approvalCard(a);
       card.dataset.agent = name;
@@ -498,6 +499,7 @@ function renderApprovalsPage(lists) {
 const pageModules = {
   files: () => import('./pages.js'), skills: () => import('./pages.js'), reminders: () => import('./pages.js'),
   activity: () => import('./pages.js'), settings: () => import('./pages.js'), agents: () => import('./agents.js'),
+  browser: () => import('./takeover.js'),
 };
 const onPage = (name) => () => import('./pages.js').then((m) => m[name]());
 const pageLoaders = {
@@ -505,6 +507,7 @@ const pageLoaders = {
   files: onPage('showFiles'), skills: onPage('showSkills'), reminders: onPage('showReminders'),
   activity: onPage('showActivity'), settings: onPage('showSettings'),
   agents: () => import('./agents.js').then((m) => m.showAgents()),
+  browser: () => import('./takeover.js').then((m) => m.showBrowser(live)),
 };
 
 // route reads the address: #/chat/<id>, #/chat, #/trace/<entry id> or

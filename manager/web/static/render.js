@@ -55,10 +55,11 @@ const pretty = (raw) => {
 const denyConditions = { command: 'the command is exactly', command_prefix: 'the command starts with', path_prefix: 'the path is in', host: 'the host is' };
 
 export class Timeline {
-  constructor(list, { decide, pending }) {
+  constructor(list, { decide, pending, liveView }) {
     this.list = list;
     this.decide = decide;     // (approvalId, decision, note) => Promise
     this.pending = pending;   // () => Map of pending approval id -> view
+    this.liveView = liveView; // the address of the agent's browser page (a take-over's card links it)
     this.clear();
   }
 
@@ -226,6 +227,11 @@ export class Timeline {
     const deny = el('button', { type: 'button', class: 'quiet', text: 'Deny', 'data-decision': 'deny' });
     deny.addEventListener('click', act('deny'));
     const actions = el('div', { class: 'actions' }, once, deny, note);
+    if (a.tool === 'browser_take_over' && this.liveView) {
+      // The hand-back is "Allow once", once the owner is done on the page.
+      once.textContent = 'Hand back (allow once)';
+      card.insertBefore(el('a', { class: 'button', href: this.liveView, text: 'Open the live view', 'data-live-view': '' }), card.querySelector('.label + pre'));
+    }
     card.act = act;
     card.append(actions);
     this.offerAlways(card, view);

@@ -1,0 +1,173 @@
+// takeover: the live view of this agent's browser tab (#/browser). The
+// owner sees the tab, sized to this screen (a picture fetched again as soon
+// as the last one is shown, and at once after each input), taps it, types
+// into it, presses keys, scrolls, goes back or opens an address. When the
+// agent asked the owner to take over (browser_take_over), "Hand back"
+// allows that call: that is the hand-back, and the agent goes on. What the
+// owner types goes to the page, never to the agent.
+import { agentName, agentPath, post, id as rid, APIError } from './api.js';
+
+const $ = (id) => document.getElementById(id);
+let live = null;     // the owner's stream (live.js): its lists of pending approvals
+let running = false; // the picture loop runs
+let kick = null;     // ends the loop's wait early
+let shown = '';      // the object URL of the picture shown
+let asked = null;    // the pending take-over of this agent, if any
+
+const onPage = () => !$('page-browser').hidden && document.visibilityState === 'visible';
+const pause = (ms) => new Promise((resolve) => { kick = resolve; setTimeout(resolve, ms); });
+
+// showBrowser opens the page: the pending take-over, then the picture loop.
+export async function showBrowser(liveStream) {
+  live = liveStream;
+  await live.recount();
+  showAsk();
+  loop();
+}
+
+// loop fetches a picture of the tab after the one before is shown, while
+// the page is in view.
+async function loop() {
+  if (running) return;
+  running = true;
+  let delay = 0;
+  try {
+    while (onPage()) {
+      try {
+        await picture();
+        delay = 400;
+      } catch (err) {
+        if (err.status === 409) {
+          $('screen-state').textContent = asked
+            ? 'The agent has no page open: open the address it asked about below.'
+            : 'The agent has no page open in its browser. Open an address below to look at one.';
+          delay = 3000;
+        } else {
+          $('screen-state').textContent = `Could not show the tab (${err.message}); trying again…`;
+          delay = Math.min(Math.max(delay * 2, 1000), 8000);
+        }
+      }
+      showAsk();
+      await pause(delay);
+    }
+  } finally {
+    running = false;
+  }
+}
+document.addEventListener('visibilitychange', () => { if (onPage()) loop(); });
+
+// picture shows the tab as it is now, at this screen's size.
+async function picture() {
+  const img = $('screen');
+  const w = Math.round(Math.min($('page-browser').clientWidth || 390, 1280));
+  const h = Math.round(Math.min(Math.max(window.innerHeight - 240, 360), 1000));
+  const q = new URLSearchParams({ agent: agentName, w: String(w), h: String(h), scale: String(Math.min(window.devicePixelRatio || 1, 2)) });
+  let resp;
+  try {
+    resp = await fetch(`/api/browser/screen?${q}`, { credentials: 'same-origin' });
+  } catch (err) {
+    throw new APIError(0, { detail: `could not reach the server (${err.message})` });
+  }
+  if (resp.status === 401) { location.assign('/app/sign-in'); throw new APIError(401, { detail: 'signed out' }); }
+  if (!resp.ok) {
+    let problem = {};
+    try { problem = await resp.json(); } catch { /* not JSON */ }
+    throw new APIError(resp.status, problem);
+  }
+  const next = URL.createObjectURL(await resp.blob());
+  await new Promise((resolve) => { img.onload = resolve; img.onerror = resolve; img.src = next; });
+  if (shown) URL.revokeObjectURL(shown);
+  shown = next;
+  img.hidden = false;
+  // The address is the tab's own, percent-encoded by the manager.
+  showAddress(decodeURIComponent((resp.headers.get('Affido-Page-URL') || '').replace(/\+/g, ' ')));
+  $('screen-state').textContent = `Live · ${new Date().toLocaleTimeString()}`;
+}
+
+// showAddress says which site the owner is looking at (and typing into).
+function showAddress(raw) {
+  let host = raw;
+  let rest = '';
+  try {
+    const u = new URL(raw);
+    host = `${u.protocol === 'https:' ? '' : `${u.protocol}//`}${u.host}`;
+    rest = (u.pathname + u.search).slice(0, 120);
+  } catch { /* not a URL: shown as it is */ }
+  $('screen-host').textContent = host || 'no page';
+  $('screen-path').textContent = rest;
+}
+
+// showAsk shows what the agent asked for, with the hand-back, while its
+// take-over waits for the owner.
+function showAsk() {
+  const list = (live && live.lists.get(agentName)) || [];
+  asked = list.find((a) => a.tool === 'browser_take_over') || null;
+  $('hand-back').hidden = !asked;
+  $('refuse-takeover').hidden = !asked;
+  $('takeover-ask').hidden = !asked;
+  if (!asked) return;
+  let args = asked.arguments;
+  try { if (typeof args === 'string') args = JSON.parse(args); } catch { args = {}; }
+  const reason = String((args && args.reason) || '').slice(0, 300);
+  const at = String((args && args.url) || '').slice(0, 200);
+  $('takeover-ask').textContent = `The agent asks you to take over${at ? ` at ${at}` : ''}: “${reason}”. When you are done, hand the tab back.`;
+  if (!$('screen-url').value && at) $('screen-url').value = at;
+}
+
+// send sends one input, then shows the tab at once.
+async function send(input, what) {
+  $('screen-state').textContent = `${what}…`;
+  try {
+    await post('/api/browser/input', { agent: agentName, ...input });
+  } catch (err) {
+    $('screen-state').textContent = `${what} failed: ${err.message}`;
+    return false;
+  }
+  if (kick) kick();
+  return true;
+}
+
+$('screen').addEventListener('click', (ev) => {
+  const r = $('screen').getBoundingClientRect();
+  if (!r.width || !r.height) return;
+  const x = Math.min(Math.max((ev.clientX - r.left) / r.width, 0), 1);
+  const y = Math.min(Math.max((ev.clientY - r.top) / r.height, 0), 1);
+  send({ kind: 'tap', x, y }, 'Tapping');
+});
+$('screen-type').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const text = $('screen-text').value;
+  if (!text) return;
+  if (await send({ kind: 'text', text }, 'Typing')) $('screen-text').value = '';
+});
+for (const b of document.querySelectorAll('#page-browser [data-key]')) {
+  b.addEventListener('click', () => send({ kind: 'key', key: b.dataset.key }, `Pressing ${b.dataset.key}`));
+}
+for (const b of document.querySelectorAll('#page-browser [data-scroll]')) {
+  b.addEventListener('click', () => send({ kind: 'scroll', dy: Number(b.dataset.scroll) }, 'Scrolling'));
+}
+$('screen-back').addEventListener('click', () => send({ kind: 'back' }, 'Going back'));
+$('screen-open').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const url = $('screen-url').value.trim();
+  if (url) send({ kind: 'open', text: url }, `Opening ${url.slice(0, 80)}`);
+});
+
+// decideTakeOver allows (hands back) or denies the pending take-over, then
+// returns to its conversation.
+async function decideTakeOver(decision) {
+  if (!asked) return;
+  const a = asked;
+  for (const b of [$('hand-back'), $('refuse-takeover')]) b.disabled = true;
+  try {
+    await post(`${agentPath(agentName)}/approvals/${rid(a.id)}`, { decision, wait: false });
+    await live.recount();
+    location.hash = `#/chat/${rid(a.conversation_id)}`;
+  } catch (err) {
+    $('screen-state').textContent = `Could not ${decision === 'deny' ? 'refuse' : 'hand back'}: ${err.message}`;
+  } finally {
+    for (const b of [$('hand-back'), $('refuse-takeover')]) b.disabled = false;
+  }
+}
+$('hand-back').addEventListener('click', () => decideTakeOver('allow_once'));
+$('refuse-takeover').addEventListener('click', () => decideTakeOver('deny'));
