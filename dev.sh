@@ -448,6 +448,8 @@ cmd_bench() {
   say "the web client at a phone's size (chromium): first paint, sign-in to usable, bytes of a cold load"
   AFFIDO_WEB_BENCH=1 AFFIDO_E2E_URL="http://127.0.0.1:$AFFIDO_PORT" AFFIDO_STACK="$AFFIDO_STACK" \
     go test -tags e2e -count=1 -v -run '^TestWebBench$' ./e2e-test/ | grep -E '^(web client|  [a-z])' || true
+  say "the agent's browser (a sandbox of affido/browser:dev against a local page): first page in a new sandbox, a warm open, the live view's pictures, memory at rest with one tab"
+  AFFIDO_TEST_DOCKER=1 go test -count=1 -v -run '^TestBrowserSandboxOnDocker$' ./manager/provision/ | grep -o 'bench: .*' || true
   say "durable runtime: commit per step and a one-tool turn (SQLite; Postgres beside it when AFFIDO_TEST_POSTGRES_DSN names one), SIGKILL to first resumed step (ns/op is the mean)"
   [[ -n ${AFFIDO_TEST_POSTGRES_DSN:-} ]] || echo "(no AFFIDO_TEST_POSTGRES_DSN: the Postgres rows skip)"
   go test -run '^$' -bench 'StepCommit|OneToolTurn|Recover' -benchtime 500x ./agent/durable/ | grep '^Benchmark'

@@ -47,7 +47,7 @@ func TestWebBrowserTakeOver(t *testing.T) {
 	run(t, ctx, "the approvals page", chromedp.Navigate(baseURL+"/app/#/approvals"))
 	until(t, ctx, "the take-over's card links the live view", `!!document.querySelector('#approval-list li.approval a[data-live-view]')`)
 	run(t, ctx, "open the live view", chromedp.Click(chromedp.CSS(`#approval-list li.approval a[data-live-view]`)))
-	until(t, ctx, "the agent's tab, live, with what it asks", fmt.Sprintf(`location.hash === '#/browser' && document.querySelector('#screen').naturalWidth > 0 &&
+	until(t, ctx, "the agent's tab, live, with what it asks", fmt.Sprintf(`location.hash.startsWith('#/browser/') && document.querySelector('#screen').naturalWidth > 0 &&
   document.querySelector('#screen-host').textContent.includes(%q) && document.querySelector('#screen-path').textContent.includes('/site/login') &&
   !document.querySelector('#takeover-ask').hidden && document.querySelector('#takeover-ask').textContent.includes('please sign in as owner') &&
   !document.querySelector('#hand-back').hidden`, sinkIP))

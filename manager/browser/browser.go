@@ -77,6 +77,7 @@ var (
 	ErrBrowser    = errors.New("the browser sandbox failed")
 	ErrPage       = errors.New("the page failed")
 	ErrBusy       = errors.New("the browser is busy")
+	ErrOwnSite    = errors.New("the tab is on this platform's own site")
 )
 
 // Service is every user's browser.

@@ -26,14 +26,29 @@ import (
 // Do runs one browser action for user's agent (one at a time per user),
 // bringing the user's browser sandbox up first if need be.
 func (s *Service) Do(ctx context.Context, user string, req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error) {
+	p, _, err := s.Act(ctx, user, req)
+	return p, err
+}
+
+// Act is Do, and says how long the action held the browser (its wait
+// for the user's turn not counted): what it is charged for.
+func (s *Service) Act(ctx context.Context, user string, req gatewayapi.BrowserRequest) (_ gatewayapi.BrowserPage, held time.Duration, _ error) {
 	if err := check(req); err != nil {
-		return gatewayapi.BrowserPage{}, err
+		return gatewayapi.BrowserPage{}, 0, err
 	}
 	u := s.user(user)
 	if err := u.op.take(ctx); err != nil {
-		return gatewayapi.BrowserPage{}, err
+		return gatewayapi.BrowserPage{}, 0, err
 	}
 	defer u.op.Unlock()
+	took := time.Now()
+	defer func() { held = time.Since(took) }()
+	p, err := s.act1(ctx, user, u, req)
+	return p, 0, err
+}
+
+// act1 is one action, in the user's turn.
+func (s *Service) act1(ctx context.Context, user string, u *userState, req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error) {
 	u.lastUse = s.cfg.Now()
 	defer func() { u.lastUse = s.cfg.Now() }()
 	mark := u.refused.mark()

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	cdppage "github.com/chromedp/cdproto/page"
@@ -49,7 +52,19 @@ type Input struct {
 	Key string `json:"key,omitempty"`
 	// DY is a scroll, as a fraction of the screen's height (negative: up).
 	DY float64 `json:"dy,omitempty"`
+	// Host is the site of the picture the owner acted on (Screen's URL):
+	// an input is refused when the tab has moved to another site since
+	// (another run of the agent, or the page, navigated it), so what the
+	// owner types never lands on a page they did not see. Not needed to
+	// open an address.
+	Host string `json:"host,omitempty"`
 }
+
+// Own is where the owner's live view is served from (the host of the
+// owner's request): a tab on it is not shown and takes no input, so the
+// owner is never led to sign in to this platform inside the agent's
+// browser, whose cookies the agent then acts with.
+type Own struct{ Host string }
 
 // Keys are the keys the live view can press, with their Windows key codes
 // (what Chromium's key events want beside the name).
@@ -65,12 +80,12 @@ type fitting struct{ w, h int64 }
 // Screen returns a JPEG of agent's tab, sized to width × height CSS
 // pixels at scale (the owner's screen; 0: as it is), bringing the sandbox
 // up and the tab back to its last page if they went idle.
-func (s *Service) Screen(ctx context.Context, user, agent string, width, height int, scale float64) (Screen, error) {
+func (s *Service) Screen(ctx context.Context, user, agent string, own Own, width, height int, scale float64) (Screen, error) {
 	if err := checkAgent(agent); err != nil {
 		return Screen{}, err
 	}
 	var out Screen
-	loc, err := s.owned(ctx, user, agent, func(ctx context.Context, t *tab) error {
+	loc, err := s.owned(ctx, user, agent, own, "", false, func(ctx context.Context, t *tab) error {
 		if width > 0 && height > 0 {
 			if err := fit(ctx, t, width, height, scale); err != nil {
 				return err
@@ -101,14 +116,21 @@ func (s *Service) Screen(ctx context.Context, user, agent string, width, height 
 }
 
 // Input sends one of the owner's gestures to agent's tab.
-func (s *Service) Input(ctx context.Context, user, agent string, in Input) error {
+func (s *Service) Input(ctx context.Context, user, agent string, own Own, in Input) error {
 	if err := checkAgent(agent); err != nil {
 		return err
 	}
 	if err := checkInput(in); err != nil {
 		return err
 	}
-	_, err := s.owned(ctx, user, agent, func(ctx context.Context, t *tab) error {
+	site := in.Host
+	if in.Kind == "open" {
+		site = ""
+		if own.Host != "" && hostOf(in.Text) == hostOf("http://"+own.Host) {
+			return fmt.Errorf("%w: sign in to it in your own browser, never in the agent's", ErrOwnSite)
+		}
+	}
+	_, err := s.owned(ctx, user, agent, own, site, in.Kind == "open", func(ctx context.Context, t *tab) error {
 		err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			m, err := cdp.Call(ctx, tg, cdppage.GetLayoutMetrics, cdp.Empty{})
 			if err != nil || m.CSSVisualViewport == nil {
@@ -122,6 +144,9 @@ func (s *Service) Input(ctx context.Context, user, agent string, in Input) error
 					p := input.DispatchMouseEventParams{Type: typ, X: x, Y: y}
 					if typ != input.DispatchMouseEventTypeMouseMoved {
 						p.Button, p.ClickCount = input.MouseButtonLeft, 1
+					}
+					if typ == input.DispatchMouseEventTypeMousePressed {
+						p.Buttons = 1
 					}
 					if _, err := cdp.Call(ctx, tg, input.DispatchMouseEvent, p); err != nil {
 						return err
@@ -185,7 +210,9 @@ func (s *Service) Input(ctx context.Context, user, agent string, in Input) error
 // owned runs fn in agent's tab for the owner, in the user's turn, and
 // returns the tab's address after it; the address is kept and the
 // profile's cookies saved (the owner's sign-in outlives the sandbox).
-func (s *Service) owned(ctx context.Context, user, agent string, fn func(context.Context, *tab) error) (string, error) {
+// Before fn the tab must not be on own's host, and, with site set, must
+// be on site; opens makes a tab if the agent has none.
+func (s *Service) owned(ctx context.Context, user, agent string, own Own, site string, opens bool, fn func(context.Context, *tab) error) (string, error) {
 	u := s.user(user)
 	if err := u.op.take(ctx); err != nil {
 		return "", err
@@ -195,15 +222,20 @@ func (s *Service) owned(ctx context.Context, user, agent string, fn func(context
 	defer func() { u.lastUse = s.cfg.Now() }()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	sess, t, err := s.tabFor(ctx, user, u, agent, false)
+	sess, t, err := s.tabFor(ctx, user, u, agent, opens)
 	if err != nil {
 		return "", err
 	}
 	actx, acancel := within(t, ctx)
 	defer acancel()
-	err = fn(actx, t)
+	if !opens { // an address to open may lead away from anywhere
+		err = onSite(actx, own, site)
+	}
+	if err == nil {
+		err = fn(actx, t)
+	}
 	switch {
-	case err == nil || errors.Is(err, ErrBadRequest):
+	case err == nil || errors.Is(err, ErrBadRequest) || errors.Is(err, ErrOtherSite) || errors.Is(err, ErrOwnSite):
 	case !sess.alive():
 		err = fmt.Errorf("%w: the browser sandbox went away; it restarts on the next call, with its profile", ErrBrowser)
 	default:
@@ -225,11 +257,38 @@ func (s *Service) owned(ctx context.Context, user, agent string, fn func(context
 	return loc, err
 }
 
+// onSite checks the tab's document (as Chromium's DOM says, not its
+// scripts): not on own's host, and on site if set.
+func onSite(ctx context.Context, own Own, site string) error {
+	var at string
+	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		doc, err := cdp.Call(ctx, tg, dom.GetDocument, dom.GetDocumentParams{})
+		if err == nil && doc.Root != nil {
+			at = doc.Root.DocumentURL
+		}
+		return err
+	}))
+	if err != nil {
+		return err
+	}
+	h := hostOf(at)
+	if own.Host != "" && isWeb(at) && h == hostOf("http://"+own.Host) {
+		return fmt.Errorf("%w: the agent's tab is on this platform's own site (%s); sign in here in your own browser, never in the agent's", ErrOwnSite, h)
+	}
+	if site != "" && h != hostOf("http://"+site) {
+		return fmt.Errorf("%w: the tab is no longer on %s (it went to %s); look again before typing", ErrOtherSite, site, h)
+	}
+	return nil
+}
+
 // fit sizes the tab's viewport to the owner's screen, once per size.
 func fit(ctx context.Context, t *tab, width, height int, scale float64) error {
 	want := fitting{int64(min(max(width, 320), 1600)), int64(min(max(height, 320), 1600))}
 	if t.fit == want {
 		return nil
+	}
+	if math.IsNaN(scale) {
+		scale = 1
 	}
 	scale = min(max(scale, 1), 3)
 	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
@@ -259,9 +318,12 @@ func unfit(ctx context.Context, t *tab) {
 	t.fit = fitting{}
 }
 
+// agentName is an agent's name as the agents' API has it.
+var agentName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
+
 func checkAgent(agent string) error {
-	if agent == "" || len(agent) > 64 {
-		return fmt.Errorf("%w: agent is required", ErrBadRequest)
+	if !agentName.MatchString(agent) {
+		return fmt.Errorf("%w: agent is an agent's name (lower-case letters, digits, -)", ErrBadRequest)
 	}
 	return nil
 }
@@ -270,7 +332,7 @@ func checkInput(in Input) error {
 	bad := func(f string, a ...any) error { return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(f, a...)) }
 	switch in.Kind {
 	case "tap":
-		if !(in.X >= 0 && in.X <= 1 && in.Y >= 0 && in.Y <= 1) {
+		if !(in.X >= 0 && in.X <= 1 && in.Y >= 0 && in.Y <= 1) { // NaN fails too
 			return bad("a tap's x and y are fractions of the screen, 0 to 1")
 		}
 	case "scroll":
@@ -293,6 +355,9 @@ func checkInput(in Input) error {
 		}
 	default:
 		return bad("unknown input %q (tap, text, key, scroll, back, open)", in.Kind)
+	}
+	if in.Kind != "open" && (in.Host == "" || len(in.Host) > 300) {
+		return bad("host is the site of the picture the input was made on")
 	}
 	return nil
 }
@@ -353,8 +418,9 @@ func within(t *tab, ctx context.Context) (context.Context, context.CancelFunc) {
 
 // audit records an event in the user's Activity, if the service has a
 // place for it.
+// It does not wait: the user's turn is not held on the registry.
 func (s *Service) audit(user, kind string, detail map[string]any) {
 	if s.cfg.Audit != nil {
-		s.cfg.Audit(user, kind, detail)
+		go s.cfg.Audit(user, kind, detail)
 	}
 }

@@ -199,9 +199,12 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 	// The owner's take-over: a picture of the tab sized to a phone, taps
 	// on its fields, text typed (a password too: the owner may), Enter; the
 	// agent's next read sees where the owner went.
+	own := browser.Own{Host: "affido.example"}
+	siteHost := strings.TrimPrefix(site.URL, "http://")
+	siteHost = siteHost[:strings.LastIndex(siteHost, ":")]
 	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/owner"})
 	start = time.Now()
-	sc, err := svc.Screen(ctx, user, "main", 400, 700, 2)
+	sc, err := svc.Screen(ctx, user, "main", own, 400, 700, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,26 +214,50 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 		t.Fatalf("the live view's picture: %v %dx%d, the tab %dx%d at %s", err, cfg.Width, cfg.Height, sc.Width, sc.Height, sc.URL)
 	}
 	start = time.Now()
-	if _, err := svc.Screen(ctx, user, "main", 400, 700, 2); err != nil {
+	if _, err := svc.Screen(ctx, user, "main", own, 400, 700, 2); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("bench: a live view picture: %v", time.Since(start))
 	for _, in := range []browser.Input{{Kind: "tap", X: 0.5, Y: 0.2}, {Kind: "text", Text: "carol"}, {Kind: "tap", X: 0.5, Y: 0.7},
 		{Kind: "text", Text: "hunter2"}, {Kind: "key", Key: "Enter"}} {
-		if err := svc.Input(ctx, user, "main", in); err != nil {
+		in.Host = siteHost
+		if err := svc.Input(ctx, user, "main", own, in); err != nil {
 			t.Fatalf("input %+v: %v", in, err)
 		}
 	}
 	if p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}); !strings.Contains(p.Text, "Hello carol, a password of 7 characters") {
 		t.Fatalf("after the owner's input: %q", p.Text)
 	}
-	for _, in := range []browser.Input{{Kind: "tap", X: 2}, {Kind: "key", Key: "F13"}, {Kind: "text", Text: "a\x00b"}, {Kind: "open", Text: "file:///etc/passwd"}, {Kind: "wiggle"}} {
-		if err := svc.Input(ctx, user, "main", in); !errors.Is(err, browser.ErrBadRequest) {
+	// The attacks: text for a page the owner saw on another site (the tab
+	// moved meanwhile); the tab on the platform's own site (the owner must
+	// not sign in to it in the agent's browser); inputs out of bounds.
+	if err := svc.Input(ctx, user, "main", own, browser.Input{Kind: "text", Text: "hunter2", Host: "bank.example"}); !errors.Is(err, browser.ErrOtherSite) {
+		t.Fatalf("text for a page of another site: %v", err)
+	}
+	if _, err := svc.Screen(ctx, user, "main", browser.Own{Host: site.URL[len("http://"):]}, 400, 700, 1); !errors.Is(err, browser.ErrOwnSite) {
+		t.Fatalf("the live view of the platform's own site: %v", err)
+	}
+	if err := svc.Input(ctx, user, "main", browser.Own{Host: siteHost}, browser.Input{Kind: "open", Text: site.URL + "/login"}); !errors.Is(err, browser.ErrOwnSite) {
+		t.Fatalf("opening the platform's own site: %v", err)
+	}
+	for _, in := range []browser.Input{{Kind: "tap", X: 2, Host: siteHost}, {Kind: "key", Key: "F13", Host: siteHost}, {Kind: "text", Text: "a\x00b", Host: siteHost},
+		{Kind: "open", Text: "file:///etc/passwd"}, {Kind: "wiggle", Host: siteHost}, {Kind: "text", Text: "no host"}} {
+		if err := svc.Input(ctx, user, "main", own, in); !errors.Is(err, browser.ErrBadRequest) {
 			t.Fatalf("input %+v: %v, want a bad request", in, err)
 		}
 	}
-	if _, err := svc.Screen(ctx, user, "ops", 400, 700, 1); !errors.Is(err, browser.ErrNoPage) {
+	// An agent with no tab: nothing to show until the owner opens a page.
+	if _, err := svc.Screen(ctx, user, "ops", own, 400, 700, 1); !errors.Is(err, browser.ErrNoPage) {
 		t.Fatalf("the live view of an agent with no tab: %v", err)
+	}
+	if err := svc.Input(ctx, user, "ops", own, browser.Input{Kind: "open", Text: site.URL + "/account"}); err != nil {
+		t.Fatalf("the owner opens a page in a new tab: %v", err)
+	}
+	if sc, err := svc.Screen(ctx, user, "ops", own, 400, 700, 1); err != nil || !strings.HasSuffix(sc.URL, "/account") {
+		t.Fatalf("the new tab: %v %s", err, sc.URL)
+	}
+	if _, err := svc.Do(ctx, user, gatewayapi.BrowserRequest{Agent: "ops", Action: gatewayapi.BrowserClose}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Figures for the note (not asserted): a warm open, and the sandbox's

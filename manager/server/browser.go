@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,9 +21,10 @@ import (
 // Browser runs the agents' browser actions (manager/browser), and the
 // owner's live view of an agent's tab (the take-over).
 type Browser interface {
-	Do(ctx context.Context, user string, req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error)
-	Screen(ctx context.Context, user, agent string, width, height int, scale float64) (browser.Screen, error)
-	Input(ctx context.Context, user, agent string, in browser.Input) error
+	// Act runs an action and says how long it held the browser.
+	Act(ctx context.Context, user string, req gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, time.Duration, error)
+	Screen(ctx context.Context, user, agent string, own browser.Own, width, height int, scale float64) (browser.Screen, error)
+	Input(ctx context.Context, user, agent string, own browser.Own, in browser.Input) error
 }
 
 func (s *Server) browserOwnerRoutes(mux *http.ServeMux) {
@@ -39,14 +41,22 @@ func (s *Server) browserScreen(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// A read, but it brings the browser up and resizes the tab: not from
+	// another site's page (a cookie rides a cross-site top-level visit).
+	if f := r.Header.Get("Sec-Fetch-Site"); f == "cross-site" || f == "same-site" {
+		return problem.New(http.StatusForbidden, "cross-site", "the live view is not shown to another site's page")
+	}
 	q := r.URL.Query()
 	num := func(k string) float64 {
-		v, _ := strconv.ParseFloat(q.Get(k), 64)
+		v, err := strconv.ParseFloat(q.Get(k), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0
+		}
 		return v
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	sc, err := s.Browser.Screen(ctx, user, q.Get("agent"), int(num("w")), int(num("h")), num("scale"))
+	sc, err := s.Browser.Screen(ctx, user, q.Get("agent"), ownSite(r), int(num("w")), int(num("h")), num("scale"))
 	if err != nil {
 		return ownerBrowserProblem(err)
 	}
@@ -77,11 +87,20 @@ func (s *Server) browserInput(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
 	defer cancel()
-	if err := s.Browser.Input(ctx, user, body.Agent, body.Input); err != nil {
+	if err := s.Browser.Input(ctx, user, body.Agent, ownSite(r), body.Input); err != nil {
 		return ownerBrowserProblem(err)
 	}
 	writeJSONStatus(w, http.StatusOK, map[string]any{"ok": true})
 	return nil
+}
+
+// ownSite is the site the owner reached the manager at (Caddy passes the
+// Host on): the agent's browser is never shown or driven on it.
+func ownSite(r *http.Request) browser.Own {
+	if h := r.Header.Get("X-Forwarded-Host"); h != "" {
+		return browser.Own{Host: h}
+	}
+	return browser.Own{Host: r.Host}
 }
 
 // ownerBrowserProblem words "no page" for the owner (the agent's words
@@ -111,9 +130,8 @@ func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	page, err := s.Browser.Do(r.Context(), user, req)
-	settle(time.Since(start))
+	page, held, err := s.Browser.Act(r.Context(), user, req)
+	settle(held)
 	if err != nil {
 		return err
 	}
@@ -137,8 +155,9 @@ func (s *Server) chargeBrowser(r *http.Request, user string) (func(time.Duration
 	if s.Ledger == nil || s.BrowserPrice == 0 {
 		return func(time.Duration) {}, nil
 	}
-	cost := func(d time.Duration) int64 {
-		return (s.BrowserPrice*int64(max(d, time.Second)) + int64(time.Minute) - 1) / int64(time.Minute)
+	cost := func(d time.Duration) int64 { // rounded up; no overflow under $100,000 a minute
+		ms := max(d, time.Second).Milliseconds()
+		return (s.BrowserPrice*ms + 59_999) / 60_000
 	}
 	id, perr := gateway.Reserve(r.Context(), s.Ledger, s.SpendLimits, user, BrowserCharged, cost(browserWorst),
 		fmt.Sprintf("a browser action reserves %s (%s a minute, for up to %s)", spend.Dollars(cost(browserWorst)), spend.Dollars(s.BrowserPrice), browserWorst))
@@ -167,6 +186,8 @@ func browserProblem(err error) *problem.Error {
 		return problem.New(http.StatusConflict, "no-page", err.Error())
 	case errors.Is(err, browser.ErrOtherSite):
 		return problem.New(http.StatusConflict, "other-site", err.Error())
+	case errors.Is(err, browser.ErrOwnSite):
+		return problem.New(http.StatusConflict, "own-site", err.Error())
 	case errors.Is(err, browser.ErrPassword):
 		return problem.New(http.StatusForbidden, "password-field", err.Error())
 	case errors.Is(err, browser.ErrNoElement):

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/manager/account"
@@ -23,23 +24,24 @@ type fakeBrowser struct {
 	calls  []string
 	inputs []browser.Input
 	err    error
+	held   time.Duration // what Act says it held the browser
 }
 
-func (f *fakeBrowser) Do(context.Context, string, gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, error) {
-	return gatewayapi.BrowserPage{}, nil
+func (f *fakeBrowser) Act(context.Context, string, gatewayapi.BrowserRequest) (gatewayapi.BrowserPage, time.Duration, error) {
+	return gatewayapi.BrowserPage{}, f.held, nil
 }
 
-func (f *fakeBrowser) Screen(_ context.Context, user, agent string, w, h int, scale float64) (browser.Screen, error) {
+func (f *fakeBrowser) Screen(_ context.Context, user, agent string, own browser.Own, w, h int, scale float64) (browser.Screen, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, fmt.Sprintf("screen %s %s %dx%d@%g", user, agent, w, h, scale))
+	f.calls = append(f.calls, fmt.Sprintf("screen %s %s %s %dx%d@%g", user, agent, own.Host, w, h, scale))
 	return browser.Screen{JPEG: []byte("\xff\xd8jpeg"), URL: "https://shop.example/sign in?x=1", Width: 390, Height: 700}, f.err
 }
 
-func (f *fakeBrowser) Input(_ context.Context, user, agent string, in browser.Input) error {
+func (f *fakeBrowser) Input(_ context.Context, user, agent string, own browser.Own, in browser.Input) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, fmt.Sprintf("input %s %s %s", user, agent, in.Kind))
+	f.calls = append(f.calls, fmt.Sprintf("input %s %s %s %s", user, agent, own.Host, in.Kind))
 	f.inputs = append(f.inputs, in)
 	return f.err
 }
@@ -76,7 +78,8 @@ func TestOwnerLiveViewOfTheAgentsTab(t *testing.T) {
 	if resp, _ := do(t, srv, call{"POST", "/api/browser/input", `{"agent":"main","kind":"tap","x":0.5,"y":0.25}`, withCookie(c)}); resp.StatusCode != 200 {
 		t.Fatalf("a tap: %d", resp.StatusCode)
 	}
-	want := []string{"screen alice main 390x700@2", "input alice main tap"}
+	host := srv.Listener.Addr().String()
+	want := []string{"screen alice main " + host + " 390x700@2", "input alice main " + host + " tap"}
 	if fmt.Sprint(fb.calls) != fmt.Sprint(want) || fb.inputs[0].X != 0.5 || fb.inputs[0].Y != 0.25 {
 		t.Fatalf("calls %v %+v, want %v", fb.calls, fb.inputs, want)
 	}
@@ -88,6 +91,7 @@ func TestOwnerLiveViewOfTheAgentsTab(t *testing.T) {
 		"a form post":                  {"POST", "/api/browser/input", "", withCookie(c, "Content-Type", "application/x-www-form-urlencoded")},
 		"another user in the body":     {"POST", "/api/browser/input", `{"agent":"main","kind":"back","user":"bob"}`, withCookie(c)},
 		"two bodies":                   {"POST", "/api/browser/input", `{"agent":"main","kind":"back"}{}`, withCookie(c)},
+		"a screen for another site":    {"GET", "/api/browser/screen?agent=main", "", withCookie(c, "Sec-Fetch-Site", "cross-site")},
 	} {
 		n := fb.count()
 		resp, m := do(t, srv, c)
@@ -128,9 +132,18 @@ func TestBrowserTimeIsCharged(t *testing.T) {
 	if w := act(); w.Code != 200 {
 		t.Fatalf("an action: %d %s", w.Code, w.Body)
 	}
-	// $0.06 a minute: a second is $0.001.
+	// $0.06 a minute: a second (the least charged) is $0.001.
 	if got := ledger.Spent("u"); got != spend.USD(0.001) {
 		t.Fatalf("spent %d micro-dollars, want a second's (%d)", got, spend.USD(0.001))
+	}
+	// Charged for the time the action held the browser, as the browser
+	// says (its wait for the user's turn is not counted).
+	fb.held = 2500 * time.Millisecond
+	if w := act(); w.Code != 200 {
+		t.Fatalf("an action: %d %s", w.Code, w.Body)
+	}
+	if got := ledger.Spent("u"); got != spend.USD(0.001)+spend.USD(0.0025) {
+		t.Fatalf("spent %d micro-dollars, want %d", got, spend.USD(0.0035))
 	}
 	// The worst case ($0.09) no longer fits under the day's limit.
 	ledger.Limits = map[string]spend.Limits{"u": {Daily: spend.USD(0.05), Monthly: spend.USD(5)}}
@@ -138,7 +151,7 @@ func TestBrowserTimeIsCharged(t *testing.T) {
 	if w.Code != 402 || !strings.Contains(w.Body.String(), "a browser action reserves $0.0900") {
 		t.Fatalf("past the limit: %d %s", w.Code, w.Body)
 	}
-	if got := ledger.Spent("u"); got != spend.USD(0.001) {
+	if got := ledger.Spent("u"); got != spend.USD(0.0035) {
 		t.Fatalf("a refused action was charged: %d", got)
 	}
 }

@@ -230,7 +230,7 @@ export class Timeline {
     if (a.tool === 'browser_take_over' && this.liveView) {
       // The hand-back is "Allow once", once the owner is done on the page.
       once.textContent = 'Hand back (allow once)';
-      card.insertBefore(el('a', { class: 'button', href: this.liveView, text: 'Open the live view', 'data-live-view': '' }), card.querySelector('.label + pre'));
+      card.insertBefore(el('a', { class: 'button', href: `${this.liveView}/${Number(a.id)}`, text: 'Open the live view', 'data-live-view': '' }), card.querySelector('.label + pre'));
     }
     card.act = act;
     card.append(actions);

@@ -13,6 +13,8 @@ let running = false; // the picture loop runs
 let kick = null;     // ends the loop's wait early
 let shown = '';      // the object URL of the picture shown
 let asked = null;    // the pending take-over of this agent, if any
+let filled = 0;      // the take-over whose address was put in the address field
+let site = '';       // the site of the picture shown: an input is for that site only
 
 const onPage = () => !$('page-browser').hidden && document.visibilityState === 'visible';
 const pause = (ms) => new Promise((resolve) => { kick = resolve; setTimeout(resolve, ms); });
@@ -37,7 +39,14 @@ async function loop() {
         await picture();
         delay = 400;
       } catch (err) {
-        if (err.status === 409) {
+        if (err.status === 409 && err.problem && err.problem.type && err.problem.type.endsWith('/own-site')) {
+          $('screen').hidden = true;
+          site = '';
+          $('screen-state').textContent = "The agent's tab is on this site, Affido itself: it is not shown. Sign in to Affido only in your own browser; open another address below.";
+          delay = 3000;
+        } else if (err.status === 409) {
+          $('screen').hidden = true;
+          site = '';
           $('screen-state').textContent = asked
             ? 'The agent has no page open: open the address it asked about below.'
             : 'The agent has no page open in its browser. Open an address below to look at one.';
@@ -52,6 +61,7 @@ async function loop() {
     }
   } finally {
     running = false;
+    if (shown && !onPage()) { $('screen').removeAttribute('src'); URL.revokeObjectURL(shown); shown = ''; site = ''; }
   }
 }
 document.addEventListener('visibilitychange', () => { if (onPage()) loop(); });
@@ -80,7 +90,9 @@ async function picture() {
   shown = next;
   img.hidden = false;
   // The address is the tab's own, percent-encoded by the manager.
-  showAddress(decodeURIComponent((resp.headers.get('Affido-Page-URL') || '').replace(/\+/g, ' ')));
+  const address = decodeURIComponent((resp.headers.get('Affido-Page-URL') || '').replace(/\+/g, ' '));
+  try { site = new URL(address).host; } catch { site = ''; }
+  showAddress(address);
   $('screen-state').textContent = `Live · ${new Date().toLocaleTimeString()}`;
 }
 
@@ -100,8 +112,10 @@ function showAddress(raw) {
 // showAsk shows what the agent asked for, with the hand-back, while its
 // take-over waits for the owner.
 function showAsk() {
-  const list = (live && live.lists.get(agentName)) || [];
-  asked = list.find((a) => a.tool === 'browser_take_over') || null;
+  const list = ((live && live.lists.get(agentName)) || []).filter((a) => a.tool === 'browser_take_over');
+  // #/browser/<approval id>: the take-over whose card was opened.
+  const wanted = Number(location.hash.split('/')[2]);
+  asked = list.find((a) => a.id === wanted) || list[0] || null;
   $('hand-back').hidden = !asked;
   $('refuse-takeover').hidden = !asked;
   $('takeover-ask').hidden = !asked;
@@ -109,16 +123,19 @@ function showAsk() {
   let args = asked.arguments;
   try { if (typeof args === 'string') args = JSON.parse(args); } catch { args = {}; }
   const reason = String((args && args.reason) || '').slice(0, 300);
-  const at = String((args && args.url) || '').slice(0, 200);
-  $('takeover-ask').textContent = `The agent asks you to take over${at ? ` at ${at}` : ''}: “${reason}”. When you are done, hand the tab back.`;
-  if (!$('screen-url').value && at) $('screen-url').value = at;
+  const at = String((args && args.url) || '').slice(0, 2000);
+  let where = '';
+  try { where = new URL(at).host; } catch { /* no address */ }
+  $('takeover-ask').textContent = `The agent asks you to take over${where ? ` on ${where}` : ''}: “${reason}”. When you are done, hand the tab back.`;
+  if (filled !== asked.id && at) { $('screen-url').value = at; filled = asked.id; } // once: the owner may clear it
 }
 
 // send sends one input, then shows the tab at once.
 async function send(input, what) {
+  if (input.kind !== 'open' && !site) { $('screen-state').textContent = `${what}: no page is shown`; return false; }
   $('screen-state').textContent = `${what}…`;
   try {
-    await post('/api/browser/input', { agent: agentName, ...input });
+    await post('/api/browser/input', { agent: agentName, host: site, ...input });
   } catch (err) {
     $('screen-state').textContent = `${what} failed: ${err.message}`;
     return false;
