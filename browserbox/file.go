@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/affido/affido/internal/atomicfile"
@@ -54,6 +55,40 @@ func receiveFile(st net.Conn) error {
 		return err
 	}
 	_, err = io.WriteString(st, "ok\n")
+	return err
+}
+
+// downloadID is Chromium's name for a download's file (a GUID).
+var downloadID = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// sendDownload answers the manager's read of one finished download (the
+// owner allowed the agent to save it): "ok <size>" and its bytes.
+func sendDownload(st net.Conn) error {
+	defer st.Close()
+	id, err := bufio.NewReader(io.LimitReader(st, 100)).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	id = strings.TrimSuffix(id, "\n")
+	if !downloadID.MatchString(id) {
+		fmt.Fprintf(st, "bad download id %q\n", id)
+		return fmt.Errorf("bad download id %q", id)
+	}
+	f, err := os.Open(filepath.Join(browserapi.DownloadDir, id))
+	if err != nil {
+		fmt.Fprintf(st, "no such download\n")
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > browserapi.MaxUpload {
+		fmt.Fprintf(st, "the download is not a file of at most %d bytes\n", browserapi.MaxUpload)
+		return fmt.Errorf("download %s: not a file of at most %d bytes", id, browserapi.MaxUpload)
+	}
+	if _, err := fmt.Fprintf(st, "ok %d\n", fi.Size()); err != nil {
+		return err
+	}
+	_, err = io.Copy(st, io.LimitReader(f, fi.Size()))
 	return err
 }
 

@@ -70,8 +70,10 @@ type box struct {
 // Chromium exits or ctx ends (then Chromium is asked to stop, and killed
 // after 10 s). As PID 1 it reaps every orphan.
 func Run(ctx context.Context, cfg Config) error {
-	if err := os.MkdirAll(browserapi.UploadDir, 0o700); err != nil {
-		return err
+	for _, dir := range []string{browserapi.UploadDir, browserapi.DownloadDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
 	}
 	chromeIn, toChrome, err := os.Pipe()
 	if err != nil {
@@ -188,6 +190,10 @@ func (b *box) stream(st net.Conn) {
 	case browserapi.StreamFile:
 		if err := receiveFile(st); err != nil {
 			slog.Warn("browser: upload", "err", err)
+		}
+	case browserapi.StreamDownload:
+		if err := sendDownload(st); err != nil {
+			slog.Warn("browser: download", "err", err)
 		}
 	case browserapi.StreamSaveCookies:
 		if err := saveCookies(st); err != nil {

@@ -45,8 +45,9 @@ func TestWebBrowserTakeOver(t *testing.T) {
 	signInInBrowser(t, ctx, user, password)
 	run(t, ctx, "a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 	run(t, ctx, "the approvals page", chromedp.Navigate(baseURL+"/app/#/approvals"))
-	until(t, ctx, "the take-over's card links the live view", `!!document.querySelector('#approval-list li.approval a[data-live-view]')`)
-	run(t, ctx, "open the live view", chromedp.Click(chromedp.CSS(`#approval-list li.approval a[data-live-view]`)))
+	// Clicked in the page: the list is drawn again whenever the approvals
+	// are read again, so a node found a moment before may be gone.
+	until(t, ctx, "the take-over's card links the live view; open it", `(a => a ? (a.click(), true) : false)(document.querySelector('#approval-list li.approval a[data-live-view]'))`)
 	until(t, ctx, "the agent's tab, live, with what it asks", fmt.Sprintf(`location.hash.startsWith('#/browser/') && document.querySelector('#screen').naturalWidth > 0 &&
   document.querySelector('#screen-host').textContent.includes(%q) && document.querySelector('#screen-path').textContent.includes('/site/login') &&
   !document.querySelector('#takeover-ask').hidden && document.querySelector('#takeover-ask').textContent.includes('please sign in as owner') &&

@@ -370,14 +370,14 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 			v.Reason = q.Tool.Name + " acts on a page the agent opened, allowed until a page's text is in the context"
 		}
 		if q.Tool.AlwaysAsk {
-			v.Reason = alwaysAsks(q.Tool)
+			v.Reason = askReason(q.Tool)
 		}
 	}
 	// The owner let the agent act on this site: a rule of theirs with the
 	// page's host allows it, outside text or not.
 	sitePermit := v.Effect == durable.Allow && q.Tool.ActsOnPage && len(matched) > 0 && matched[0].When.Host != ""
 	if v.Effect == durable.Allow && q.Tool.AlwaysAsk {
-		v = durable.Verdict{Effect: durable.Ask, Reason: alwaysAsks(q.Tool)}
+		v = durable.Verdict{Effect: durable.Ask, Reason: askReason(q.Tool)}
 	}
 	// Outside text since the owner last spoke makes such a tool ask, in
 	// every agent (the worker's too): what it writes outlives the conversation.
@@ -398,8 +398,8 @@ func (b *Book) Check(ctx context.Context, q durable.PolicyQuery) (durable.Verdic
 	return v, nil
 }
 
-// alwaysAsks is why an always-asking tool asks.
-func alwaysAsks(t durable.Tool) string {
+// askReason is why an always-asking tool asks.
+func askReason(t durable.Tool) string {
 	if t.AskReason != "" {
 		return t.AskReason
 	}

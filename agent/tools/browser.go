@@ -37,7 +37,9 @@ const BrowserTimeout = 90 * time.Second
 //     on that site (a rule with its host); the manager refuses typing into
 //     a password field whatever the rules, and acting on a page of another
 //     host than the call's url;
-//   - browser_upload always asks (no rule can allow it);
+//   - browser_upload and browser_save_download always ask (no rule can
+//     allow them): a file goes to a page, or from one into the
+//     workspace, only with the owner;
 //   - browser_take_over always asks: the owner takes the tab over from a
 //     live view in the web client (a sign-in), and allowing the call is
 //     handing it back.
@@ -183,6 +185,29 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 			},
 		},
 		{
+			Name:        "browser_save_download",
+			Description: "Save a file a page downloaded in the browser (its id is in an earlier browser result) to the workspace at path. Always asks the owner.",
+			Parameters:  durable.Schema(`"download":{"type":"string","description":"the download's id"},"path":{"type":"string","description":"where to save it, relative to the workspace"}`, "download", "path"),
+			AlwaysAsk:   true,
+			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
+				var a struct{ Download, Path string }
+				if err := decode(args, &a); err != nil {
+					return durable.ToolResult{}, err
+				}
+				p, err := call(ctx, gatewayapi.BrowserRequest{Action: gatewayapi.BrowserSaveDownload, Download: a.Download})
+				if err != nil {
+					return durable.ToolResult{}, err
+				}
+				n, err := ws.Write(a.Path, strings.NewReader(string(p.File)), WriteLimit)
+				if err != nil {
+					return durable.ToolResult{}, err
+				}
+				sum := sha256.Sum256(p.File)
+				return durable.ToolResult{Output: fmt.Sprintf("saved download %s as %s (%d bytes)", a.Download, a.Path, n),
+					Data: pageData("browser_save_download", gatewayapi.BrowserPage{}, "download", a.Download, "name", p.FileName, "file", a.Path, "sha256", hex.EncodeToString(sum[:]))}, nil
+			},
+		},
+		{
 			// The approval is the wait: the owner signs in on the live view
 			// of this tab in the web client, then "allows" the call, which
 			// is handing the tab back. It always asks, so no rule can make
@@ -227,6 +252,9 @@ func pageData(tool string, p gatewayapi.BrowserPage, kv ...any) json.RawMessage 
 	if p.Refused > 0 {
 		m["refused"], m["refused_to"] = p.Refused, p.RefusedTo
 	}
+	if len(p.Downloads) > 0 {
+		m["downloads"] = p.Downloads
+	}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i].(string)] = kv[i+1]
 	}
@@ -235,12 +263,24 @@ func pageData(tool string, p gatewayapi.BrowserPage, kv ...any) json.RawMessage 
 }
 
 // refusedNote counts what the proxy refused; the addresses, which a page
-// chose, stay in the trace.
+// chose, stay in the trace. It names the finished downloads by their ids
+// (the browser's; their names and addresses, the page's, are in the
+// trace).
 func refusedNote(p gatewayapi.BrowserPage) string {
-	if p.Refused == 0 {
-		return ""
+	note := ""
+	if p.Refused > 0 {
+		note = fmt.Sprintf(" The browser's proxy refused %d connections the page made to addresses the browser may not reach (listed in the trace).", p.Refused)
 	}
-	return fmt.Sprintf(" The browser's proxy refused %d connections the page made to addresses the browser may not reach (listed in the trace).", p.Refused)
+	var done []string
+	for _, d := range p.Downloads {
+		if d.State == "completed" {
+			done = append(done, fmt.Sprintf("%s (%d bytes)", d.ID, d.Size))
+		}
+	}
+	if len(done) > 0 {
+		note += " Downloads in the browser, which browser_save_download can save to the workspace (it asks the owner): " + strings.Join(done, ", ") + "."
+	}
+	return note
 }
 
 func capField(s string) string {

@@ -31,6 +31,10 @@ const (
 	// UploadDir holds files the owner allowed a page to be given
 	// (browser_upload), on the sandbox's tmpfs.
 	UploadDir = "/tmp/uploads"
+	// DownloadDir is where Chromium saves what a page downloads, each
+	// file named by its download's id (a GUID), on the sandbox's tmpfs:
+	// it leaves only when the owner allowed the agent to save it.
+	DownloadDir = "/tmp/downloads"
 )
 
 // The first byte of every stream says what it carries.
@@ -43,6 +47,9 @@ const (
 	// StreamFile (opened by the manager) writes one file into UploadDir:
 	// a line with its base name, then its bytes until the stream ends.
 	StreamFile byte = 'F'
+	// StreamDownload (opened by the manager) reads one download: a line
+	// with its id; answered "ok <size>\n" and its bytes, or an error line.
+	StreamDownload byte = 'D'
 )
 
 // The sandbox keeps the cookies the manager hands it (a file on the
@@ -62,7 +69,7 @@ const (
 	MaxCookies = 4 << 20
 )
 
-// MaxUpload bounds one StreamFile.
+// MaxUpload bounds one StreamFile, and one StreamDownload.
 const MaxUpload = 16 << 20
 
 // Session is the yamux configuration both sides use: a keepalive, so a

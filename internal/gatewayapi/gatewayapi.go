@@ -245,6 +245,9 @@ const (
 	BrowserType       = "type"       // URL, Selector, Text; Submit presses Enter after
 	BrowserUpload     = "upload"     // URL, Selector, FileName, File: give a page's file input a file
 	BrowserClose      = "close"      // close the tab
+	// BrowserSaveDownload: Download, a finished download of the user's
+	// browser; the page carries it (File, FileName).
+	BrowserSaveDownload = "save_download"
 )
 
 // Bounds of the browser.
@@ -266,6 +269,7 @@ type BrowserRequest struct {
 	Submit   bool   `json:"submit,omitempty"`
 	FileName string `json:"file_name,omitempty"`
 	File     []byte `json:"file,omitempty"`
+	Download string `json:"download,omitempty"`
 }
 
 // BrowserPage is what a browser action leaves: the tab's page, and what
@@ -285,6 +289,23 @@ type BrowserPage struct {
 	// names the last of them.
 	Refused   int      `json:"refused,omitempty"`
 	RefusedTo []string `json:"refused_to,omitempty"`
+	// Downloads are the files pages downloaded in the user's browser, the
+	// newest last (they stay in the browser sandbox until one is saved).
+	Downloads []BrowserDownload `json:"downloads,omitempty"`
+	// File and FileName are a saved download's bytes and the name the
+	// page suggested for it (save_download).
+	File     []byte `json:"file,omitempty"`
+	FileName string `json:"file_name,omitempty"`
+}
+
+// BrowserDownload is one file a page downloaded. ID is the browser's
+// (a GUID); Name and URL are the page's.
+type BrowserDownload struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	URL   string `json:"url"`
+	Size  int64  `json:"size"`
+	State string `json:"state"` // inProgress, completed, canceled
 }
 
 // BrowserField is one form field or button of a page.

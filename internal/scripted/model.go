@@ -140,7 +140,7 @@ var rules = []struct {
 	}},
 	// The browser: "browse URL", or a browser tool with a JSON object of arguments or none.
 	{regexp.MustCompile(`^browse (\S+)$`), func(m []string) Reply { return call("browser_open", map[string]any{"url": m[1]}) }},
-	{regexp.MustCompile(`(?s)^browser (open|read|screenshot|click|type|upload|close)(?: (\{.*\}))?$`), func(m []string) Reply {
+	{regexp.MustCompile(`(?s)^browser (open|read|screenshot|click|type|upload|take_over|save_download|close)(?: (\{.*\}))?$`), func(m []string) Reply {
 		args := map[string]any{}
 		_ = json.Unmarshal([]byte(m[2]), &args)
 		return call("browser_"+m[1], args)

@@ -65,6 +65,15 @@ func (s *Service) act1(ctx context.Context, user string, u *userState, req gatew
 		}
 		return gatewayapi.BrowserPage{}, nil
 	}
+	if req.Action == gatewayapi.BrowserSaveDownload {
+		sess, err := s.ensure(ctx, user, u)
+		if err != nil {
+			return gatewayapi.BrowserPage{}, err
+		}
+		p, err := saveDownload(sess, req.Download)
+		s.audit(user, "browser.action", map[string]any{"agent": req.Agent, "action": req.Action, "download": req.Download, "ok": err == nil})
+		return p, err
+	}
 	sess, t, err := s.tabFor(ctx, user, u, req.Agent, req.Action == gatewayapi.BrowserOpen)
 	if err != nil {
 		return gatewayapi.BrowserPage{}, err
@@ -103,6 +112,7 @@ func (s *Service) act1(ctx context.Context, user string, u *userState, req gatew
 		}
 	}
 	page.Refused, page.RefusedTo = u.refused.since(mark)
+	page.Downloads = sess.downloads.all()
 	return page, err
 }
 
@@ -133,6 +143,10 @@ func check(req gatewayapi.BrowserRequest) error {
 		}
 		if len(req.File) > gatewayapi.BrowserUploadMax {
 			return bad("the file is larger than %d bytes", gatewayapi.BrowserUploadMax)
+		}
+	case gatewayapi.BrowserSaveDownload:
+		if req.Download == "" || len(req.Download) > 64 {
+			return bad("save_download wants a download's id")
 		}
 	case gatewayapi.BrowserRead, gatewayapi.BrowserScreenshot, gatewayapi.BrowserClose:
 	default:

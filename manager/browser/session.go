@@ -7,7 +7,6 @@ import (
 	"net"
 	"time"
 
-	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -25,6 +24,8 @@ type session struct {
 	tabs   map[string]*tab
 	// cookies is the sha256 of the cookies the sandbox keeps.
 	cookies [32]byte
+	// downloads are the files pages downloaded in this session.
+	downloads *downloads
 }
 
 type tab struct {
@@ -145,13 +146,10 @@ func (s *Service) connect(ctx context.Context, user string, u *userState) (*sess
 	rctx := root
 	timer := time.AfterFunc(s.cfg.Timeout, cancel)
 	defer timer.Stop()
-	// Downloads go nowhere: a file lands in the workspace only through a
-	// tool call the owner allowed, never by a page's say-so.
-	err = chromedp.Do(rctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-		_, err := cdp.Call(ctx, chromedp.FromContext(ctx).Browser, cdpbrowser.SetDownloadBehavior,
-			cdpbrowser.SetDownloadBehaviorParams{Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny})
-		return err
-	}))
+	// Downloads stay in the sandbox: a file lands in the workspace only
+	// through a tool call the owner allowed, never by a page's say-so.
+	dls := &downloads{}
+	err = allowDownloads(rctx, dls)
 	if err != nil {
 		cancel()
 		stop()
@@ -159,7 +157,7 @@ func (s *Service) connect(ctx context.Context, user string, u *userState) (*sess
 		return nil, fmt.Errorf("%w: attach to the browser: %v", ErrBrowser, err)
 	}
 	closeOrphans(rctx)
-	sess := &session{mux: mux, root: root, cancel: func() { cancel(); stop() }, tabs: map[string]*tab{}}
+	sess := &session{mux: mux, root: root, cancel: func() { cancel(); stop() }, tabs: map[string]*tab{}, downloads: dls}
 	if err := s.loadCookies(rctx, sess); err != nil {
 		s.cfg.Log.Warn("browser: load the saved cookies", "user", user, "err", err)
 	}

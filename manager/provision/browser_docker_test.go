@@ -76,6 +76,12 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 			fmt.Fprint(w, `<title>Alert</title><h1>Dialogs</h1><script>alert("stop"); confirm("really?")</script>`)
 		case "/file":
 			fmt.Fprint(w, `<title>File</title><input id="f" type="file"><input id="tricky" onfocus="location='/login'">`)
+		case "/dl":
+			fmt.Fprint(w, `<title>Report</title><a id="get" href="/report.csv" download="../../Q3 report.csv">Get the report</a>`)
+		case "/report.csv":
+			w.Header().Set("Content-Type", "text/csv")
+			w.Header().Set("Content-Disposition", `attachment; filename="Q3 report.csv"`)
+			fmt.Fprint(w, "quarter,revenue\nQ3,42\n")
 		case "/owner":
 			fmt.Fprint(w, `<title>Owner</title><style>body{margin:0}input{position:fixed;left:0;width:100%;height:40%}</style>`+
 				`<form action="/owner-done"><input id="name" name="name" style="top:0"><input id="pw" name="pw" type="password" style="top:50%"><button type="submit">Go</button></form>`)
@@ -194,6 +200,33 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 	shot := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserScreenshot})
 	if len(shot.PNG) < 100 || string(shot.PNG[1:4]) != "PNG" {
 		t.Fatalf("screenshot: %d bytes", len(shot.PNG))
+	}
+
+	// A download stays in the sandbox, listed in each result, until a save
+	// (which asks the owner, agent-side) reads it out; an id that is not
+	// one of this browser's downloads reads nothing.
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/dl"})
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserClick, URL: site.URL + "/dl", Selector: "#get"})
+	var dl gatewayapi.BrowserDownload
+	for deadline := time.Now().Add(30 * time.Second); dl.State != "completed"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the download did not complete: %+v", dl)
+		}
+		if p := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}); len(p.Downloads) > 0 {
+			dl = p.Downloads[len(p.Downloads)-1]
+		}
+	}
+	if dl.Name != "Q3 report.csv" || dl.Size != 22 || !strings.HasSuffix(dl.URL, "/report.csv") {
+		t.Fatalf("the download: %+v", dl)
+	}
+	saved := mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserSaveDownload, Download: dl.ID})
+	if string(saved.File) != "quarter,revenue\nQ3,42\n" || saved.FileName != "Q3 report.csv" {
+		t.Fatalf("the saved download: %q %q", saved.File, saved.FileName)
+	}
+	for _, id := range []string{"../profile/affido-cookies.json", "00000000-0000-0000-0000-000000000000"} {
+		if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserSaveDownload, Download: id}); !errors.Is(err, browser.ErrNoElement) {
+			t.Fatalf("save download %q: %v", id, err)
+		}
 	}
 
 	// The owner's take-over: a picture of the tab sized to a phone, taps
