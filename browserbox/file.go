@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/affido/affido/internal/atomicfile"
 	"github.com/affido/affido/internal/browserapi"
@@ -74,16 +75,16 @@ func sendDownload(st net.Conn) error {
 		fmt.Fprintf(st, "bad download id %q\n", id)
 		return fmt.Errorf("bad download id %q", id)
 	}
-	f, err := os.Open(filepath.Join(browserapi.DownloadDir, id))
+	f, err := os.OpenFile(filepath.Join(browserapi.DownloadDir, id), os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		fmt.Fprintf(st, "no such download\n")
 		return err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() > browserapi.MaxUpload {
-		fmt.Fprintf(st, "the download is not a file of at most %d bytes\n", browserapi.MaxUpload)
-		return fmt.Errorf("download %s: not a file of at most %d bytes", id, browserapi.MaxUpload)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > browserapi.MaxDownload {
+		fmt.Fprintf(st, "the download is not a file of at most %d bytes\n", browserapi.MaxDownload)
+		return fmt.Errorf("download %s: not a file of at most %d bytes", id, browserapi.MaxDownload)
 	}
 	if _, err := fmt.Fprintf(st, "ok %d\n", fi.Size()); err != nil {
 		return err

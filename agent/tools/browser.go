@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -186,25 +187,35 @@ func BrowserTools(b Browser, ws workspace.Workspace, agent string) []durable.Too
 		},
 		{
 			Name:        "browser_save_download",
-			Description: "Save a file a page downloaded in the browser (its id is in an earlier browser result) to the workspace at path. Always asks the owner.",
-			Parameters:  durable.Schema(`"download":{"type":"string","description":"the download's id"},"path":{"type":"string","description":"where to save it, relative to the workspace"}`, "download", "path"),
+			Description: "Save a file a page downloaded in your tab (its id is in an earlier browser result) into the workspace's downloads/ folder as name; an existing file is never replaced. Always asks the owner.",
+			Parameters:  durable.Schema(`"download":{"type":"string","description":"the download's id"},"name":{"type":"string","description":"the file's name in downloads/"}`, "download", "name"),
 			AlwaysAsk:   true,
 			Execute: func(ctx context.Context, _ durable.ToolCallContext, args json.RawMessage) (durable.ToolResult, error) {
-				var a struct{ Download, Path string }
+				var a struct{ Download, Name string }
 				if err := decode(args, &a); err != nil {
 					return durable.ToolResult{}, err
+				}
+				// Into downloads/ only, and never over a file: a page's file
+				// cannot replace the owner's notes or a script.
+				if a.Name == "" || path.Base(a.Name) != a.Name || strings.HasPrefix(a.Name, ".") {
+					return durable.ToolResult{}, fmt.Errorf("name is a plain file name (it is saved in downloads/), not %q", a.Name)
+				}
+				dest := path.Join("downloads", a.Name)
+				if f, err := ws.Open(dest); err == nil {
+					f.Close()
+					return durable.ToolResult{}, fmt.Errorf("%s exists already: choose another name", dest)
 				}
 				p, err := call(ctx, gatewayapi.BrowserRequest{Action: gatewayapi.BrowserSaveDownload, Download: a.Download})
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
-				n, err := ws.Write(a.Path, strings.NewReader(string(p.File)), WriteLimit)
+				n, err := ws.Write(dest, bytes.NewReader(p.File), WriteLimit)
 				if err != nil {
 					return durable.ToolResult{}, err
 				}
 				sum := sha256.Sum256(p.File)
-				return durable.ToolResult{Output: fmt.Sprintf("saved download %s as %s (%d bytes)", a.Download, a.Path, n),
-					Data: pageData("browser_save_download", gatewayapi.BrowserPage{}, "download", a.Download, "name", p.FileName, "file", a.Path, "sha256", hex.EncodeToString(sum[:]))}, nil
+				return durable.ToolResult{Output: fmt.Sprintf("saved download %s as %s (%d bytes)", a.Download, dest, n),
+					Data: pageData("browser_save_download", gatewayapi.BrowserPage{}, "download", a.Download, "name", p.FileName, "file", dest, "sha256", hex.EncodeToString(sum[:]))}, nil
 			},
 		},
 		{
@@ -274,7 +285,7 @@ func refusedNote(p gatewayapi.BrowserPage) string {
 	var done []string
 	for _, d := range p.Downloads {
 		if d.State == "completed" {
-			done = append(done, fmt.Sprintf("%s (%d bytes)", d.ID, d.Size))
+			done = append(done, d.ID)
 		}
 	}
 	if len(done) > 0 {

@@ -69,8 +69,12 @@ const (
 	MaxCookies = 4 << 20
 )
 
-// MaxUpload bounds one StreamFile, and one StreamDownload.
+// MaxUpload bounds one StreamFile.
 const MaxUpload = 16 << 20
+
+// MaxDownload bounds one download: Chromium's is cancelled past it, and
+// StreamDownload reads no more (the workspace takes 4 MiB a file).
+const MaxDownload = 4 << 20
 
 // Session is the yamux configuration both sides use: a keepalive, so a
 // bridge whose other end went away (a manager restart) is noticed.

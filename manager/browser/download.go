@@ -28,16 +28,25 @@ import (
 // maxDownloads is how many downloads a session remembers (the newest).
 const maxDownloads = 10
 
-// downloads are one session's, filled by the browser's events.
+// downloads are one session's, filled by the browser's events. Each is
+// the tab's whose top frame started it (a frame's id is its target's): an
+// agent sees and saves only its own tab's, never another agent's.
 type downloads struct {
 	mu   sync.Mutex
-	list []gatewayapi.BrowserDownload
+	list []download
+	// cancel stops a download past MaxDownload (set by allowDownloads).
+	cancel func(id string)
+}
+
+type download struct {
+	gatewayapi.BrowserDownload
+	frame string
 }
 
 func (d *downloads) begin(ev *cdpbrowser.EventDownloadWillBegin) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.list = append(d.list, gatewayapi.BrowserDownload{ID: ev.GUID, Name: safeName(ev.SuggestedFilename), URL: capText(ev.URL, 500), State: "inProgress"})
+	d.list = append(d.list, download{gatewayapi.BrowserDownload{ID: ev.GUID, Name: safeName(ev.SuggestedFilename), URL: capText(ev.URL, 500), State: "inProgress"}, string(ev.FrameID)})
 	if len(d.list) > maxDownloads {
 		d.list = d.list[len(d.list)-maxDownloads:]
 	}
@@ -47,41 +56,74 @@ func (d *downloads) progress(ev *cdpbrowser.EventDownloadProgress) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i := range d.list {
-		if d.list[i].ID == ev.GUID {
-			d.list[i].Size = int64(ev.ReceivedBytes)
-			d.list[i].State = string(ev.State)
+		if d.list[i].ID != ev.GUID {
+			continue
+		}
+		d.list[i].Size = int64(ev.ReceivedBytes)
+		d.list[i].State = string(ev.State)
+		if (ev.ReceivedBytes > browserapi.MaxDownload || ev.TotalBytes > browserapi.MaxDownload) && ev.State == cdpbrowser.DownloadProgressStateInProgress && d.cancel != nil {
+			d.list[i].State = "canceled"
+			go d.cancel(ev.GUID) // not in the listener: it must not wait for the browser
 		}
 	}
 }
 
-func (d *downloads) all() []gatewayapi.BrowserDownload {
+// of returns tab's downloads (frame: its target's id).
+func (d *downloads) of(frame string) []gatewayapi.BrowserDownload {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]gatewayapi.BrowserDownload(nil), d.list...)
+	var out []gatewayapi.BrowserDownload
+	for _, x := range d.list {
+		if x.frame == frame {
+			out = append(out, x.BrowserDownload)
+		}
+	}
+	return out
 }
 
-func (d *downloads) get(id string) (gatewayapi.BrowserDownload, bool) {
+func (d *downloads) get(frame, id string) (gatewayapi.BrowserDownload, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, x := range d.list {
-		if x.ID == id {
-			return x, true
+		if x.ID == id && x.frame == frame {
+			return x.BrowserDownload, true
 		}
 	}
 	return gatewayapi.BrowserDownload{}, false
 }
 
+// frameOf is a tab's top frame's id ("" for none).
+func frameOf(t *tab) string {
+	if t == nil {
+		return ""
+	}
+	if c := chromedp.FromContext(t.ctx); c != nil && c.Target != nil {
+		return string(c.Target.TargetID)
+	}
+	return ""
+}
+
 // allowDownloads has Chromium save downloads into DownloadDir under their
 // ids and report them (the events fill sess.downloads).
 func allowDownloads(ctx context.Context, d *downloads) error {
-	_ = chromedp.ListenBrowser(ctx, func(ev any) {
+	d.cancel = func(id string) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = chromedp.Do(cctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := cdp.Call(ctx, chromedp.FromContext(ctx).Browser, cdpbrowser.CancelDownload, cdpbrowser.CancelDownloadParams{GUID: id})
+			return err
+		}))
+	}
+	if err := chromedp.ListenBrowser(ctx, func(ev any) {
 		switch ev := ev.(type) {
 		case *cdpbrowser.EventDownloadWillBegin:
 			d.begin(ev)
 		case *cdpbrowser.EventDownloadProgress:
 			d.progress(ev)
 		}
-	})
+	}); err != nil {
+		return err
+	}
 	yes := true
 	return chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 		_, err := cdp.Call(ctx, chromedp.FromContext(ctx).Browser, cdpbrowser.SetDownloadBehavior,
@@ -91,11 +133,11 @@ func allowDownloads(ctx context.Context, d *downloads) error {
 	}))
 }
 
-// saveDownload reads a finished download out of the sandbox.
-func saveDownload(sess *session, id string) (gatewayapi.BrowserPage, error) {
-	d, ok := sess.downloads.get(id)
-	if !ok {
-		return gatewayapi.BrowserPage{}, fmt.Errorf("%w: no download %q in this browser session (the list is in the last action's result)", ErrNoElement, id)
+// saveDownload reads a finished download of tab's out of the sandbox.
+func saveDownload(sess *session, t *tab, id string) (gatewayapi.BrowserPage, error) {
+	d, ok := sess.downloads.get(frameOf(t), id)
+	if !ok || t == nil {
+		return gatewayapi.BrowserPage{}, fmt.Errorf("%w: no download %q of your tab in this browser session (the list is in the last action's result)", ErrNoElement, id)
 	}
 	if d.State != "completed" {
 		return gatewayapi.BrowserPage{}, fmt.Errorf("%w: download %s is %s, not completed", ErrBadRequest, id, d.State)
@@ -127,7 +169,7 @@ func readDownload(mux *yamux.Session, id string) ([]byte, error) {
 		return nil, fmt.Errorf("the sandbox: %s", capText(strings.TrimSpace(line), 200))
 	}
 	n, err := strconv.ParseInt(size, 10, 64)
-	if err != nil || n < 0 || n > browserapi.MaxUpload {
+	if err != nil || n < 0 || n > browserapi.MaxDownload {
 		return nil, fmt.Errorf("the sandbox said a size of %q", size)
 	}
 	data := make([]byte, n)

@@ -66,11 +66,12 @@ func (s *Service) act1(ctx context.Context, user string, u *userState, req gatew
 		return gatewayapi.BrowserPage{}, nil
 	}
 	if req.Action == gatewayapi.BrowserSaveDownload {
-		sess, err := s.ensure(ctx, user, u)
-		if err != nil {
-			return gatewayapi.BrowserPage{}, err
+		// A download lives as long as the session that saw it begin.
+		var p gatewayapi.BrowserPage
+		err := fmt.Errorf("%w: no download %q: the browser restarted since; download it again", ErrNoElement, req.Download)
+		if u.sess.alive() {
+			p, err = saveDownload(u.sess, u.sess.tabs[req.Agent], req.Download)
 		}
-		p, err := saveDownload(sess, req.Download)
 		s.audit(user, "browser.action", map[string]any{"agent": req.Agent, "action": req.Action, "download": req.Download, "ok": err == nil})
 		return p, err
 	}
@@ -112,7 +113,7 @@ func (s *Service) act1(ctx context.Context, user string, u *userState, req gatew
 		}
 	}
 	page.Refused, page.RefusedTo = u.refused.since(mark)
-	page.Downloads = sess.downloads.all()
+	page.Downloads = sess.downloads.of(frameOf(sess.tabs[req.Agent]))
 	return page, err
 }
 

@@ -82,6 +82,10 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 			w.Header().Set("Content-Type", "text/csv")
 			w.Header().Set("Content-Disposition", `attachment; filename="Q3 report.csv"`)
 			fmt.Fprint(w, "quarter,revenue\nQ3,42\n")
+		case "/big":
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Disposition", `attachment; filename="big.bin"`)
+			_, _ = w.Write(make([]byte, 5<<20))
 		case "/owner":
 			fmt.Fprint(w, `<title>Owner</title><style>body{margin:0}input{position:fixed;left:0;width:100%;height:40%}</style>`+
 				`<form action="/owner-done"><input id="name" name="name" style="top:0"><input id="pw" name="pw" type="password" style="top:50%"><button type="submit">Go</button></form>`)
@@ -227,6 +231,32 @@ func TestBrowserSandboxOnDocker(t *testing.T) {
 		if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserSaveDownload, Download: id}); !errors.Is(err, browser.ErrNoElement) {
 			t.Fatalf("save download %q: %v", id, err)
 		}
+	}
+	// Another agent's tab neither sees nor saves it.
+	if p, err := svc.Do(ctx, user, gatewayapi.BrowserRequest{Agent: "ops", Action: gatewayapi.BrowserOpen, URL: site.URL + "/"}); err != nil || len(p.Downloads) != 0 {
+		t.Fatalf("another agent's tab: %v %+v", err, p.Downloads)
+	}
+	if _, err := svc.Do(ctx, user, gatewayapi.BrowserRequest{Agent: "ops", Action: gatewayapi.BrowserSaveDownload, Download: dl.ID}); !errors.Is(err, browser.ErrNoElement) {
+		t.Fatalf("another agent saves main's download: %v", err)
+	}
+	if _, err := svc.Do(ctx, user, gatewayapi.BrowserRequest{Agent: "ops", Action: gatewayapi.BrowserClose}); err != nil {
+		t.Fatal(err)
+	}
+	// A download past the bound is cancelled, and cannot be saved.
+	mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserOpen, URL: site.URL + "/big"})
+	var big gatewayapi.BrowserDownload
+	for deadline := time.Now().Add(30 * time.Second); big.State != "canceled"; {
+		if time.Now().After(deadline) || big.State == "completed" {
+			t.Fatalf("the big download: %+v", big)
+		}
+		for _, d := range mustDo(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserRead}).Downloads {
+			if d.Name == "big.bin" {
+				big = d
+			}
+		}
+	}
+	if _, err := do(gatewayapi.BrowserRequest{Action: gatewayapi.BrowserSaveDownload, Download: big.ID}); !errors.Is(err, browser.ErrBadRequest) {
+		t.Fatalf("save the cancelled download: %v", err)
 	}
 
 	// The owner's take-over: a picture of the tab sized to a phone, taps
