@@ -305,7 +305,7 @@ type BrowserDownload struct {
 	Name  string `json:"name"`
 	URL   string `json:"url"`
 	Size  int64  `json:"size"`
-	State string `json:"state"` // inProgress, completed, canceled
+	State string `json:"state"` // inProgress, completed, canceled, too_large (past 4 MiB: never saved)
 }
 
 // BrowserField is one form field or button of a page.

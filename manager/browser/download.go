@@ -61,9 +61,16 @@ func (d *downloads) progress(ev *cdpbrowser.EventDownloadProgress) {
 		}
 		d.list[i].Size = int64(ev.ReceivedBytes)
 		d.list[i].State = string(ev.State)
-		if (ev.ReceivedBytes > browserapi.MaxDownload || ev.TotalBytes > browserapi.MaxDownload) && ev.State == cdpbrowser.DownloadProgressStateInProgress && d.cancel != nil {
-			d.list[i].State = "canceled"
-			go d.cancel(ev.GUID) // not in the listener: it must not wait for the browser
+		if d.list[i].State == "too_large" {
+			continue // for good
+		}
+		if ev.ReceivedBytes > browserapi.MaxDownload || ev.TotalBytes > browserapi.MaxDownload {
+			// Past the bound: never saved; stopped if it still runs (a fast
+			// one may be complete already).
+			d.list[i].State = "too_large"
+			if ev.State == cdpbrowser.DownloadProgressStateInProgress && d.cancel != nil {
+				go d.cancel(ev.GUID) // not in the listener: it must not wait for the browser
+			}
 		}
 	}
 }

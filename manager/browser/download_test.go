@@ -51,7 +51,8 @@ func TestDownloadNamesArePlainAndFew(t *testing.T) {
 	}
 	// Past the bound a download is cancelled, and listed so.
 	d.progress(&cdpbrowser.EventDownloadProgress{GUID: "13", ReceivedBytes: 5 << 20, TotalBytes: 9 << 20, State: cdpbrowser.DownloadProgressStateInProgress})
-	if x, _ := d.get("tab-b", "13"); x.State != "canceled" {
+	d.progress(&cdpbrowser.EventDownloadProgress{GUID: "13", ReceivedBytes: 9 << 20, TotalBytes: 9 << 20, State: cdpbrowser.DownloadProgressStateCompleted})
+	if x, _ := d.get("tab-b", "13"); x.State != "too_large" {
 		t.Fatalf("a download past the bound: %+v", x)
 	}
 	select {
