@@ -202,15 +202,10 @@ func safeName(s string) string {
 	return capText(s, 120)
 }
 
-// capText cuts s to at most n bytes, on a rune boundary.
+// capText cuts s to at most n bytes, dropping a rune cut in two.
 func capText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return strings.ToValidUTF8(s[:n], "")
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

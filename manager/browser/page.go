@@ -102,16 +102,7 @@ func (s *Service) act1(ctx context.Context, user string, u *userState, req gatew
 	if err == nil && page.URL != "" && page.URL != "about:blank" {
 		u.lastURL[req.Agent] = page.URL
 	}
-	if sess.alive() {
-		cctx, cancel := context.WithTimeout(sess.root, 5*time.Second)
-		closeStray(cctx, sess)
-		cancel()
-	}
-	if err == nil && sess.alive() {
-		if cerr := s.saveCookies(ctx, sess); cerr != nil {
-			s.cfg.Log.Warn("browser: save the cookies", "user", user, "err", cerr)
-		}
-	}
+	s.tidy(ctx, user, sess, err == nil)
 	page.Refused, page.RefusedTo = u.refused.since(mark)
 	page.Downloads = sess.downloads.of(frameOf(sess.tabs[req.Agent]))
 	return page, err

@@ -246,15 +246,24 @@ func (s *Service) owned(ctx context.Context, user, agent string, own Own, site s
 	if lerr == nil && isWeb(loc) {
 		u.lastURL[agent] = loc
 	}
-	if sess.alive() {
-		cctx, cancel := context.WithTimeout(sess.root, 5*time.Second)
-		closeStray(cctx, sess)
-		cancel()
-		if cerr := s.saveCookies(ctx, sess); cerr != nil {
-			s.cfg.Log.Warn("browser: save the cookies", "user", user, "err", cerr)
+	s.tidy(ctx, user, sess, true)
+	return loc, err
+}
+
+// tidy follows an action or an input in a live session: the tabs a page
+// opened are closed and, with cookies, the profile's cookies saved.
+func (s *Service) tidy(ctx context.Context, user string, sess *session, cookies bool) {
+	if !sess.alive() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(sess.root, 5*time.Second)
+	closeStray(cctx, sess)
+	cancel()
+	if cookies {
+		if err := s.saveCookies(ctx, sess); err != nil {
+			s.cfg.Log.Warn("browser: save the cookies", "user", user, "err", err)
 		}
 	}
-	return loc, err
 }
 
 // onSite checks the tab's document (as Chromium's DOM says, not its

@@ -94,14 +94,9 @@ func (s *Server) browserInput(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// ownSite is the site the owner reached the manager at (Caddy passes the
-// Host on): the agent's browser is never shown or driven on it.
-func ownSite(r *http.Request) browser.Own {
-	if h := r.Header.Get("X-Forwarded-Host"); h != "" {
-		return browser.Own{Host: h}
-	}
-	return browser.Own{Host: r.Host}
-}
+// ownSite is the site the owner reached the manager at: the agent's
+// browser is never shown or driven on it.
+func ownSite(r *http.Request) browser.Own { return browser.Own{Host: requestHost(r)} }
 
 // ownerBrowserProblem words "no page" for the owner (the agent's words
 // tell it to call browser_open).

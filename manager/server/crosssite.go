@@ -33,11 +33,7 @@ func checkCookieWrite(r *http.Request, method, agentPath string) error {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return nil
 	}
-	host := r.Header.Get("X-Forwarded-Host")
-	if host == "" {
-		host = r.Host
-	}
-	orig := &http.Request{Method: method, Host: host, Header: r.Header}
+	orig := &http.Request{Method: method, Host: requestHost(r), Header: r.Header}
 	if err := crossOrigin.Check(orig); err != nil {
 		return fmt.Errorf("%w: %v", ErrCrossSite, err)
 	}
@@ -60,4 +56,13 @@ func forwardedMethod(r *http.Request) string {
 		return m
 	}
 	return http.MethodGet
+}
+
+// requestHost is the host the client asked for: Caddy's X-Forwarded-Host
+// (it passes the client's Host on), else the request's own.
+func requestHost(r *http.Request) string {
+	if h := r.Header.Get("X-Forwarded-Host"); h != "" {
+		return h
+	}
+	return r.Host
 }
