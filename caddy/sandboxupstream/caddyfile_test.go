@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -25,7 +26,11 @@ import (
 
 	_ "github.com/affido/affido/caddy/controlkey"
 	_ "github.com/affido/affido/caddy/profile"
+	_ "github.com/affido/affido/caddy/resolve"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
+	"github.com/affido/affido/internal/edgeapi"
+	"github.com/affido/affido/internal/sandboxapi"
+	"github.com/affido/affido/manager/edge"
 )
 
 type stack struct {
@@ -46,20 +51,50 @@ type stack struct {
 	// a user's endpoint, "" for a sandbox that cannot be served (503).
 	revoked   map[string]bool
 	endpoints map[string]string
+	// decisions is the manager's side of Caddy's decision cache, the real
+	// one (manager/edge): the stand-in keeps its 200s for GETs for 5 s and
+	// makes Caddy forget them on a revoke and a change of endpoint, as the
+	// manager does.
+	decisions *edge.Decisions
+	polls     int
 }
 
-// revoke makes the stand-in manager refuse token from now on.
+// revoke makes the stand-in manager refuse token from now on, then makes
+// Caddy forget (the manager's revoke paths: commit, forget, answer).
 func (s *stack) revoke(token string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.revoked[token] = true
+	s.mu.Unlock()
+	s.decisions.Forget("")
 }
 
-// setEndpoint makes the stand-in manager answer ep for user ("": 503).
+// setEndpoint makes the stand-in manager answer ep for user ("": 503),
+// with Caddy made to forget the old answer (as the lifecycle does before
+// it takes a sandbox down).
 func (s *stack) setEndpoint(user, ep string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.endpoints[user] = ep
+	s.mu.Unlock()
+	s.decisions.Forget(user)
+}
+
+// leased waits until Caddy has polled the stand-in manager twice (it holds
+// a lease, so GETs are kept from here on).
+func (s *stack) leased(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		n := s.polls
+		s.mu.Unlock()
+		if n >= 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Caddy polled the manager %d times in 10 s", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // callerKeySeen returns the X-Affido-Caller values of the last request that
@@ -124,7 +159,7 @@ func startStack(t testing.TB) *stack {
 	if testing.Short() {
 		t.Skip("starts Caddy")
 	}
-	s := &stack{revoked: map[string]bool{}, endpoints: map[string]string{}}
+	s := &stack{revoked: map[string]bool{}, endpoints: map[string]string{}, decisions: edge.New(func(edgeapi.Touch) {})}
 	for name, ip := range map[string]string{"A": "127.0.1.2", "B": "127.0.1.3"} {
 		ln := listen(t, ip+":0")
 		if name == "A" {
@@ -152,6 +187,19 @@ func startStack(t testing.TB) *stack {
 	mln := listen(t, "127.0.0.1:0")
 	s.manager = mln.Addr().String()
 	s.managerHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == edgeapi.PollPath {
+			var p edgeapi.Poll
+			if r.Header.Get(sandboxapi.HeaderControlKey) != controlKey || json.NewDecoder(r.Body).Decode(&p) != nil {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			a := s.decisions.Poll(p, r.Context().Done())
+			s.mu.Lock()
+			s.polls++
+			s.mu.Unlock()
+			_ = json.NewEncoder(w).Encode(a)
+			return
+		}
 		s.mu.Lock()
 		interpose := s.interpose
 		s.mu.Unlock()
@@ -202,6 +250,9 @@ func startStack(t testing.TB) *stack {
 		case "evil": // a compromised manager answer: the manager itself
 			w.Header().Set("X-Sandbox-Endpoint", s.manager)
 		}
+		if m := r.Header.Get("X-Forwarded-Method"); m == "GET" || m == "HEAD" {
+			w.Header().Set(edgeapi.TTLHeader, "5000")
+		}
 		w.WriteHeader(http.StatusOK)
 	})
 	s.managerSrv = serve(t, mln, s.managerHandler)
@@ -238,6 +289,7 @@ func startStack(t testing.TB) *stack {
 		t.Fatalf("load config: %v", err)
 	}
 	t.Cleanup(func() { _ = caddy.Stop() })
+	s.leased(t)
 	return s
 }
 
@@ -414,6 +466,7 @@ func TestCaddyRoute(t *testing.T) {
 	})
 
 	t.Run("query injection through the path stays in the path parameter", func(t *testing.T) {
+		s.decisions.Forget("alice") // so that the manager is asked, not Caddy's kept answer
 		get(t, s.user+"/u/alice/x%26user=bob", alice)
 		calls := s.resolveCalls()
 		last := calls[len(calls)-1]
@@ -515,6 +568,27 @@ func TestCaddyRoute(t *testing.T) {
 			t.Fatalf("%d requests reached a stand-in, want the manager's one", len(seen)-before)
 		}
 	}
+	t.Run("warm GETs are answered from the kept decision, writes ask the manager every time", func(t *testing.T) {
+		s.decisions.Forget("alice")
+		before := len(s.resolveCalls())
+		for i := range 10 {
+			if code, body := get(t, s.user+"/u/alice/health", alice); code != 200 || !strings.HasPrefix(body, "sandbox A") {
+				t.Fatalf("GET %d: %d %q", i, code, body)
+			}
+		}
+		if n := len(s.resolveCalls()) - before; n != 1 {
+			t.Fatalf("10 warm GETs asked the manager %d times, want once", n)
+		}
+		before = len(s.resolveCalls())
+		for i := range 3 {
+			if code, body := send(t, "POST", s.user+"/u/alice/health", alice); code != 200 || !strings.HasPrefix(body, "sandbox A") {
+				t.Fatalf("POST %d: %d %q", i, code, body)
+			}
+		}
+		if n := len(s.resolveCalls()) - before; n != 3 {
+			t.Fatalf("3 POSTs asked the manager %d times, want every time", n)
+		}
+	})
 	t.Run("a revoked credential is refused on the next request, however warm", func(t *testing.T) {
 		warmThen(t, "carol", map[string]string{"Cookie": "better-auth.session_token=c-token"}, func() { s.revoke("c-token") }, 401)
 	})

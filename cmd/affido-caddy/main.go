@@ -1,5 +1,5 @@
 // Command affido-caddy is Caddy with the standard modules and Affido's own
-// (sandbox upstream, control key, profiles). What the binary contains is
+// (sandbox upstream, control key, profiles, resolve). What the binary contains is
 // chosen by imports.
 package main
 
@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/affido/affido/caddy/controlkey"
 	_ "github.com/affido/affido/caddy/profile"
+	_ "github.com/affido/affido/caddy/resolve"
 	_ "github.com/affido/affido/caddy/sandboxupstream"
 )
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/affido/affido/internal/edgeapi"
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/httpserve"
 	"github.com/affido/affido/internal/scripted"
@@ -26,6 +27,7 @@ import (
 	"github.com/affido/affido/manager/browser"
 	"github.com/affido/affido/manager/config"
 	"github.com/affido/affido/manager/connectors"
+	"github.com/affido/affido/manager/edge"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/notify"
@@ -176,6 +178,17 @@ func serve(ctx context.Context) error {
 		ProvisionTimeout: cfg.ProvisionTimeout,
 		Tick:             cfg.Tick,
 	}, log, metrics)
+	// The edge's decision cache (issue 30): Caddy keeps a resolve's 200
+	// for up to AFFIDO_EDGE_TTL while it holds this manager's lease; every
+	// revoke and every step that stops serving a sandbox makes it forget
+	// first. It needs the credential cache (the session's expiry) and the
+	// control key (Caddy's polls).
+	var pub *server.Server
+	var decisions *edge.Decisions
+	if cfg.EdgeTTL > 0 && cfg.AuthCacheTTL > 0 && cfg.ControlKey != "" {
+		decisions = edge.New(func(t edgeapi.Touch) { pub.TouchEdge(t) }) // polls come once pub serves
+		mgr.OnUnserve(decisions.Forget)
+	}
 	go mgr.Run(work)
 
 	var provider gateway.Provider = scripted.NewModel(cfg.FakeModels)
@@ -214,11 +227,15 @@ func serve(ctx context.Context) error {
 		search = &gateway.BraveSearch{URL: cfg.SearchURL, Key: cfg.SearchKey}
 	}
 	creds := server.NewCredentialCache(cfg.AuthCacheTTL)
+	if decisions != nil {
+		creds.Edge = decisions
+	}
 	tokenUse := server.NewTokenUse(store, log)
 	go tokenUse.Run(work)
-	pub := &server.Server{
+	pub = &server.Server{
 		EdgeDeps: server.EdgeDeps{Auth: store, Credentials: creds, TokenUse: tokenUse, Resolver: mgr,
-			Health: healthOf{store, mgr}, Metrics: metrics, Handoff: handoff},
+			Health: healthOf{store, mgr}, Metrics: metrics, Handoff: handoff,
+			Decisions: decisions, EdgeTTL: cfg.EdgeTTL, ControlKey: cfg.ControlKey},
 		GatewayDeps: server.GatewayDeps{Gateway: store, Provider: provider, Usage: store,
 			Prices: cfg.Prices, FreeModels: cfg.FreeModels, Ledger: store, SpendLimits: cfg.SpendLimits,
 			WebPrices: cfg.WebPrices, WebPerMinute: cfg.WebPerMinute, BrowserPrice: cfg.BrowserPrice,

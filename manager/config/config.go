@@ -65,6 +65,7 @@ type Config struct {
 	OpenSignUp       bool                   // AFFIDO_OPEN_SIGNUP: anyone may sign up in the web client (default: invites only)
 	SecureCookies    bool                   // AFFIDO_SECURE_COOKIES: the site is served over https (behind a TLS proxy)
 	AuthCacheTTL     time.Duration          // AFFIDO_AUTH_CACHE_TTL: how long a credential lookup is kept (0: off)
+	EdgeTTL          time.Duration          // AFFIDO_EDGE_TTL: how long Caddy may keep a resolve's 200 (0: off; one manager only)
 	ConnectorTimeout time.Duration          // AFFIDO_CONNECTOR_TIMEOUT: one connector operation (connect, list, call)
 	PushSubject      string                 // AFFIDO_PUSH_SUBJECT: the operator's contact in Web Push's VAPID token (mailto: or https:)
 	CompactTokens    int64                  // AFFIDO_COMPACT_TOKENS: context size (est. tokens) past which agents summarize (0: never)
@@ -148,6 +149,7 @@ func Load() (Config, error) {
 		BodyTimeout:      dur("AFFIDO_BODY_TIMEOUT", "60s"),
 		DrainTimeout:     dur("AFFIDO_DRAIN_TIMEOUT", "10s"),
 		AuthCacheTTL:     dur("AFFIDO_AUTH_CACHE_TTL", "1s"),
+		EdgeTTL:          dur("AFFIDO_EDGE_TTL", "0s"),
 		ConnectorTimeout: dur("AFFIDO_CONNECTOR_TIMEOUT", "30s"),
 		CompactTokens:    num("AFFIDO_COMPACT_TOKENS", 60000),
 		CompactHardCap:   num("AFFIDO_COMPACT_HARD_CAP", 85000),

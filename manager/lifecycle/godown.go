@@ -153,6 +153,21 @@ func (m *Manager) quiesce(ctx context.Context, b *box, why cause) (wakeAt *time.
 	ep := b.endpoint
 	b.state = Pausing
 	m.mu.Unlock()
+	// No request may reach the sandbox from the edge's kept decision from
+	// here on; the ones it answered up to now are in lastRequest once the
+	// forget returns, and hold the pause off as any request does.
+	m.forgetEdge(b)
+	if why != causeEvict {
+		m.mu.Lock()
+		recent := m.now().Sub(b.lastRequest) < m.cfg.RequestGrace
+		if recent && b.state == Pausing {
+			b.state = was
+		}
+		m.mu.Unlock()
+		if recent {
+			return nil, false, nil
+		}
+	}
 	wakeAt, ok = m.askIdle(ctx, b, ep, why)
 	if !ok {
 		m.mu.Lock()

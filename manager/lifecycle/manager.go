@@ -98,16 +98,17 @@ func (c *Config) defaults() {
 
 // Manager owns the sandboxes of one stack.
 type Manager struct {
-	onReset func(ctx context.Context, user string) error // see OnReset
-	eng     Engine
-	pauser  Pauser   // nil: the engine cannot pause; the first idle tier stops
-	nets    Networks // nil: the engine has no per-sandbox networks; it reports addresses
-	reg     Registry
-	agent   Agent
-	cfg     Config
-	log     *slog.Logger
-	metrics *Metrics
-	adm     *admission
+	onReset   func(ctx context.Context, user string) error // see OnReset
+	onUnserve func(user string)                            // see OnUnserve
+	eng       Engine
+	pauser    Pauser   // nil: the engine cannot pause; the first idle tier stops
+	nets      Networks // nil: the engine has no per-sandbox networks; it reports addresses
+	reg       Registry
+	agent     Agent
+	cfg       Config
+	log       *slog.Logger
+	metrics   *Metrics
+	adm       *admission
 
 	mu       sync.Mutex
 	boxes    map[string]*box           // by user

@@ -14,6 +14,7 @@ func (m *Manager) Reset(ctx context.Context, user string) error {
 	b := m.box(user)
 	b.op.Lock()
 	defer b.op.Unlock()
+	m.unserve(b)
 	name := user
 	row, err := m.reg.Sandbox(ctx, user)
 	switch {

@@ -130,6 +130,9 @@ func (m *Manager) onEvent(ctx context.Context, ev Event) {
 	}
 	m.mu.Unlock()
 	if !known {
+		if m.onUnserve != nil { // not a promise, the sandbox's health: do not hold the events up
+			go m.onUnserve(b.user)
+		}
 		m.queue(b.user)
 	}
 }

@@ -83,6 +83,7 @@ func (m *Manager) wake(ctx context.Context, b *box) {
 // makes a new container on the same volumes, where the durable runtime
 // recovers the work as after any kill. Caller holds b.op.
 func (m *Manager) restartHung(ctx context.Context, b *box) error {
+	m.unserve(b)
 	m.mu.Lock()
 	name, wakeAt := b.name, b.wakeAt
 	m.mu.Unlock()

@@ -20,8 +20,10 @@ const DefaultCredentialCacheSize = 10000
 // most the TTL and never past the session's own expiry.
 //
 // Every revoke path of this process forgets what it revokes before it
-// answers, so the next request is refused. Another manager process has its
-// own cache: there a revoked credential still works for at most the TTL.
+// answers, so the next request is refused; with Edge set, Caddy's kept
+// decisions are forgotten too, before the forget returns. Another manager
+// process has its own cache: there a revoked credential still works for at
+// most the TTL.
 //
 // A nil *CredentialCache caches nothing.
 type CredentialCache struct {
@@ -35,6 +37,10 @@ type CredentialCache struct {
 	// came between its start and its end: a revoke that commits while a
 	// lookup is in flight must not be undone by that lookup's answer.
 	gen uint64
+
+	// Edge, if set, forgets Caddy's kept decisions of a user ("": all)
+	// and returns once none can be used (manager/edge).
+	Edge interface{ Forget(user string) }
 }
 
 type credKind uint8
@@ -58,6 +64,8 @@ func keyOf(kind credKind, token string) credKey {
 type credEntry struct {
 	user  string
 	until time.Time
+	// expires is the credential's own end (a session's), zero for none.
+	expires time.Time
 }
 
 // NewCredentialCache returns a cache whose entries live ttl; with ttl <= 0
@@ -98,7 +106,7 @@ func (c *CredentialCache) lookup(k credKey, fresh bool, load func() (user string
 		until = expires
 	}
 	if now.Before(until) {
-		c.store(k, credEntry{user, until}, gen, now)
+		c.store(k, credEntry{user, until, expires}, gen, now)
 	}
 	return user, nil
 }
@@ -152,9 +160,12 @@ func (c *CredentialCache) ForgetSession(token string) {
 	}
 	k := keyOf(sessionCred, token)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.gen++
 	delete(c.m, k)
+	c.mu.Unlock()
+	if c.Edge != nil {
+		c.Edge.Forget("") // whose it was is not known here
+	}
 }
 
 // ForgetUser drops every entry of user, sessions and API tokens: a session
@@ -166,13 +177,36 @@ func (c *CredentialCache) ForgetUser(user string) {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.gen++
 	for k, e := range c.m {
 		if e.user == user {
 			delete(c.m, k)
 		}
 	}
+	c.mu.Unlock()
+	if c.Edge != nil {
+		c.Edge.Forget(user)
+	}
+}
+
+// keepFor is how long the edge may keep a decision the credential k made
+// now, at most max: until the credential's own expiry. Zero when k is not
+// in the cache (a lookup a forget overtook) or the cache is off.
+func (c *CredentialCache) keepFor(k credKey, max time.Duration) time.Duration {
+	if c == nil {
+		return 0
+	}
+	now := c.now()
+	c.mu.RLock()
+	e, ok := c.m[k]
+	c.mu.RUnlock()
+	if !ok || !now.Before(e.until) {
+		return 0
+	}
+	if !e.expires.IsZero() {
+		max = min(max, e.expires.Sub(now))
+	}
+	return max
 }
 
 // size is the number of entries, expired or not.

@@ -17,6 +17,8 @@ import (
 // instantResolver answers at once, as lifecycle does for a running sandbox.
 type instantResolver struct{}
 
+func (instantResolver) Touch(string, bool) {}
+
 func (instantResolver) Resolve(context.Context, string, bool) (netip.AddrPort, error) {
 	return warmEndpoint, nil
 }

@@ -12,18 +12,21 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/affido/affido/internal/edgeapi"
 	"github.com/affido/affido/internal/gatewayapi"
 	"github.com/affido/affido/internal/problem"
 	"github.com/affido/affido/internal/sandboxapi"
 	"github.com/affido/affido/manager/account"
 	"github.com/affido/affido/manager/agentdb"
 	"github.com/affido/affido/manager/connectors"
+	"github.com/affido/affido/manager/edge"
 	"github.com/affido/affido/manager/gateway"
 	"github.com/affido/affido/manager/lifecycle"
 	"github.com/affido/affido/manager/registry"
@@ -34,13 +37,12 @@ import (
 // SessionCookie is the web client's session cookie.
 const SessionCookie = "better-auth.session_token"
 
-// EndpointHeader carries the sandbox endpoint back to Caddy on a 200.
-const EndpointHeader = "X-Sandbox-Endpoint"
-
-// RetryHeader marks a 503 Caddy asks again for (caddy/Caddyfile's
-// lb_retry_match): the manager stopped before the answer was known, and
-// the next one gives it.
-const RetryHeader = "X-Affido-Retry"
+// EndpointHeader and RetryHeader are the resolve's answers to Caddy
+// (internal/edgeapi).
+const (
+	EndpointHeader = edgeapi.EndpointHeader
+	RetryHeader    = edgeapi.RetryHeader
+)
 
 // A sandbox hands its owner at most NotifyBurst notifications at once,
 // then one every NotifyEvery (120 an hour).
@@ -64,6 +66,9 @@ type Authenticator interface {
 // Resolver brings a user's sandbox up and returns its endpoint.
 type Resolver interface {
 	Resolve(ctx context.Context, user string, activating bool) (netip.AddrPort, error)
+	// Touch records a request Caddy answered from its kept decision, as
+	// Resolve records one (activity, the pause held off).
+	Touch(user string, activating bool)
 }
 
 // Health reports readiness of the manager's dependencies.
@@ -108,6 +113,12 @@ type EdgeDeps struct {
 	// write; nil records none.
 	Credentials *CredentialCache
 	TokenUse    *TokenUse
+	// Decisions, if set, lets Caddy keep a resolve's 200 for up to
+	// EdgeTTL (AFFIDO_EDGE_TTL) and answers its polls, authenticated by
+	// ControlKey (manager/edge).
+	Decisions  *edge.Decisions
+	EdgeTTL    time.Duration
+	ControlKey string
 	// Handoff ends, when it is done, the resolves still waiting for a
 	// sandbox: the manager is stopping, and they answer 503 with
 	// RetryHeader so that Caddy asks the next manager. Nil: never.
@@ -205,6 +216,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/resolve", s.serve(s.resolve))
 	mux.HandleFunc("GET /healthz", s.serve(s.healthz))
+	if s.Decisions != nil {
+		mux.HandleFunc("POST "+edgeapi.PollPath, s.serve(s.edgePoll))
+	}
 	mux.HandleFunc("GET "+gatewayapi.Prefix+gatewayapi.WhoamiPath, s.serve(s.whoami))
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.NotifyPath, s.serve(s.notify))
 	mux.HandleFunc("POST "+gatewayapi.Prefix+gatewayapi.WakeAtPath, s.serve(s.wakeAt))
@@ -442,6 +456,9 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) error {
 			Because(fmt.Errorf("resolve the sandbox of %s: %w", user, err))
 	}
 	w.Header().Set(EndpointHeader, ep.String())
+	if ttl := s.keepFor(r); ttl > 0 {
+		w.Header().Set(edgeapi.TTLHeader, strconv.FormatInt(ttl.Milliseconds(), 10))
+	}
 	w.WriteHeader(http.StatusOK)
 	return nil
 }

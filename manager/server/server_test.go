@@ -50,6 +50,8 @@ type fakeResolver struct {
 	act   []bool
 }
 
+func (f *fakeResolver) Touch(string, bool) {}
+
 func (f *fakeResolver) Resolve(_ context.Context, user string, activating bool) (netip.AddrPort, error) {
 	f.calls = append(f.calls, user)
 	f.act = append(f.act, activating)
@@ -137,6 +139,8 @@ func TestResolveDecisions(t *testing.T) {
 // waitingResolver waits for a bring-up that does not come until its
 // request gives up.
 type waitingResolver struct{ waiting chan struct{} }
+
+func (waitingResolver) Touch(string, bool) {}
 
 func (f waitingResolver) Resolve(ctx context.Context, _ string, _ bool) (netip.AddrPort, error) {
 	close(f.waiting)

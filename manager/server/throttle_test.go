@@ -278,6 +278,8 @@ func TestABurstOfANewTokenWaitsForItsLookup(t *testing.T) {
 // sameEndpoint resolves every user to one address, from any goroutine.
 type sameEndpoint struct{}
 
+func (sameEndpoint) Touch(string, bool) {}
+
 func (sameEndpoint) Resolve(context.Context, string, bool) (netip.AddrPort, error) {
 	return netip.MustParseAddrPort("10.213.0.2:8080"), nil
 }
