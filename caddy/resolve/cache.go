@@ -42,11 +42,14 @@ type Decision struct {
 // cannot reach this Caddy waits the lease out before it revokes or pauses,
 // so nothing stale outlives it.
 type Cache struct {
-	now func() time.Time
-	max int
+	now     func() time.Time
+	max     int // entries
+	maxUser int // entries of one user
 
 	mu         sync.Mutex
 	m          map[Key]Decision
+	perUser    map[string]int
+	swept      time.Time // the last scan for expired entries
 	leaseUntil time.Time
 	epoch      string // the manager process the lease and acked are of
 	acked      uint64
@@ -62,12 +65,32 @@ type touch struct {
 	tokens map[string]bool
 }
 
-// maxEntries bounds the cache; past it a new decision is not kept.
-const maxEntries = 20000
+// maxEntries bounds the cache, maxPerUser one user's part of it (each
+// credential and each other cookie a client sends makes another key): past
+// them a new decision is not kept, and the request asks the manager.
+const (
+	maxEntries = 20000
+	maxPerUser = 64
+)
 
 // NewCache returns an empty cache with no lease.
 func NewCache() *Cache {
-	return &Cache{now: time.Now, max: maxEntries, m: map[Key]Decision{}, touched: map[string]*touch{}}
+	return &Cache{now: time.Now, max: maxEntries, maxUser: maxPerUser, m: map[Key]Decision{},
+		perUser: map[string]int{}, touched: map[string]*touch{}}
+}
+
+// deleteLocked drops k's entry. Caller holds mu.
+func (c *Cache) deleteLocked(k Key, d Decision) {
+	delete(c.m, k)
+	if c.perUser[d.User]--; c.perUser[d.User] <= 0 {
+		delete(c.perUser, d.User)
+	}
+}
+
+// clearLocked drops every entry. Caller holds mu.
+func (c *Cache) clearLocked() {
+	clear(c.m)
+	clear(c.perUser)
 }
 
 // Get returns k's decision if the lease and the decision are fresh, and
@@ -80,7 +103,11 @@ func (c *Cache) Get(k Key) (Decision, bool) {
 		return Decision{}, false
 	}
 	d, ok := c.m[k]
-	if !ok || !now.Before(d.Until) {
+	if !ok {
+		return Decision{}, false
+	}
+	if !now.Before(d.Until) {
+		c.deleteLocked(k, d)
 		return Decision{}, false
 	}
 	t := c.touched[d.User]
@@ -114,17 +141,22 @@ func (c *Cache) Put(k Key, d Decision, gen uint64) {
 	if gen != c.gen || !c.leasedLocked(now) || !now.Before(d.Until) {
 		return
 	}
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
-		for k2, d2 := range c.m { // drop the expired; if none, keep nothing new
+	if old, ok := c.m[k]; ok {
+		c.deleteLocked(k, old)
+	}
+	if len(c.m) >= c.max && now.Sub(c.swept) >= time.Second { // drop the expired, once a second at most
+		c.swept = now
+		for k2, d2 := range c.m {
 			if !now.Before(d2.Until) {
-				delete(c.m, k2)
+				c.deleteLocked(k2, d2)
 			}
 		}
-		if len(c.m) >= c.max {
-			return
-		}
+	}
+	if len(c.m) >= c.max || c.perUser[d.User] >= c.maxUser {
+		return
 	}
 	c.m[k] = d
+	c.perUser[d.User]++
 }
 
 // Apply takes the manager's answer to a poll sent at sent: its forgets
@@ -135,7 +167,7 @@ func (c *Cache) Apply(a edgeapi.Answer, sent time.Time) {
 	defer c.mu.Unlock()
 	c.leasedLocked(now)
 	if a.Epoch != c.epoch || a.All {
-		clear(c.m)
+		c.clearLocked()
 		c.gen++
 		c.epoch = a.Epoch
 	} else if len(a.Forget) > 0 {
@@ -146,7 +178,7 @@ func (c *Cache) Apply(a edgeapi.Answer, sent time.Time) {
 		}
 		for k, d := range c.m {
 			if forget[d.User] {
-				delete(c.m, k)
+				c.deleteLocked(k, d)
 			}
 		}
 	}
@@ -162,7 +194,7 @@ func (c *Cache) Lapse() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.leaseUntil = time.Time{}
-	clear(c.m)
+	c.clearLocked()
 	c.gen++
 }
 
@@ -210,7 +242,7 @@ func (c *Cache) leasedLocked(now time.Time) bool {
 		return true
 	}
 	if len(c.m) > 0 || !c.leaseUntil.IsZero() {
-		clear(c.m)
+		c.clearLocked()
 		c.gen++
 		c.leaseUntil = time.Time{}
 	}

@@ -1,6 +1,7 @@
 package resolve
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -116,5 +117,29 @@ func TestCacheReportsItsAnswersAsTouches(t *testing.T) {
 	c.Untouch([]edgeapi.Touch{{User: "alice", Active: true}}) // a poll that failed gives them back
 	if p := c.Poll("x"); len(p.Touched) != 1 || !p.Touched[0].Active {
 		t.Fatalf("touches given back: %+v", p.Touched)
+	}
+}
+
+// One user's keys (a credential and whatever other cookies a client sends)
+// take at most maxPerUser entries: a client varying a cookie cannot fill
+// the cache and stop it keeping other users' decisions.
+func TestCacheBoundsOneUsersPart(t *testing.T) {
+	c, clk := newTestCache()
+	lease(c, clk, 0)
+	for i := range maxPerUser + 50 {
+		c.Put(KeyOf("mallory", fmt.Sprintf("s; junk=%d", i), "", true), decision("mallory", clk), c.Begin())
+	}
+	if n := len(c.m); n != maxPerUser {
+		t.Fatalf("one user holds %d entries, want %d", n, maxPerUser)
+	}
+	k := KeyOf("alice", "s-alice", "", true)
+	c.Put(k, decision("alice", clk), c.Begin())
+	if _, ok := c.Get(k); !ok {
+		t.Fatal("alice's decision not kept beside mallory's")
+	}
+	c.Apply(edgeapi.Answer{Epoch: "e1", Seq: 1, Forget: []string{"mallory"}, LeaseMS: 2000}, clk.now())
+	c.Put(KeyOf("mallory", "s", "", true), decision("mallory", clk), c.Begin())
+	if n := len(c.m); n != 2 {
+		t.Fatalf("after mallory's forget: %d entries, want alice's and mallory's new one", n)
 	}
 }

@@ -137,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	user := repl.ReplaceAll(h.User, "")
 	path := repl.ReplaceAll(h.Path, "")
-	keep := r.Method == http.MethodGet || r.Method == http.MethodHead
+	keep := (r.Method == http.MethodGet || r.Method == http.MethodHead) && plainConnection(r)
 	var k Key
 	if keep {
 		k = KeyOf(user, strings.Join(r.Header.Values("Cookie"), "\x00"), strings.Join(r.Header.Values("Authorization"), "\x00"), sandboxapi.Activating(path))
@@ -235,6 +235,23 @@ func forwarded(r *http.Request) http.Header {
 	h.Set("X-Forwarded-Method", r.Method)
 	h.Set("X-Forwarded-Uri", r.URL.RequestURI())
 	return h
+}
+
+// plainConnection reports whether r's Connection header names no header:
+// one that does (Connection: Authorization) has that header dropped before
+// the manager sees it, so the key (the headers as sent) would not be what
+// the manager decided on. Such a request is asked for every time.
+func plainConnection(r *http.Request) bool {
+	for _, c := range r.Header.Values("Connection") {
+		for _, f := range strings.Split(c, ",") {
+			switch strings.ToLower(strings.TrimSpace(f)) {
+			case "", "keep-alive", "close":
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // copyHeader copies the manager's answer's headers but a connection's.

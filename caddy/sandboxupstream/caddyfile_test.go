@@ -588,6 +588,15 @@ func TestCaddyRoute(t *testing.T) {
 		if n := len(s.resolveCalls()) - before; n != 3 {
 			t.Fatalf("3 POSTs asked the manager %d times, want every time", n)
 		}
+		// A Connection header naming a header drops it before the manager
+		// sees it: the headers as sent are not what was decided on.
+		before = len(s.resolveCalls())
+		for range 3 {
+			get(t, s.user+"/u/alice/health", map[string]string{"Cookie": alice["Cookie"], "Authorization": "Bearer junk", "Connection": "Authorization"})
+		}
+		if n := len(s.resolveCalls()) - before; n != 3 {
+			t.Fatalf("3 GETs naming a header in Connection asked the manager %d times, want every time", n)
+		}
 	})
 	t.Run("a revoked credential is refused on the next request, however warm", func(t *testing.T) {
 		warmThen(t, "carol", map[string]string{"Cookie": "better-auth.session_token=c-token"}, func() { s.revoke("c-token") }, 401)

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -341,6 +342,7 @@ func (r *runner) warm(ctx context.Context) error {
 		return err
 	}
 	var via, straight []time.Duration
+	asked := r.resolves()
 	for i := range r.cfg.Warm * 2 { // interleaved so both see the same noise
 		if i%2 == 0 {
 			d, err := r.get(ctx, user, "/health")
@@ -356,10 +358,11 @@ func (r *runner) warm(ctx context.Context) error {
 			straight = append(straight, d)
 		}
 	}
-	fv := summarize("warm /health through Caddy + forward_auth", via)
+	asked = r.resolves() - asked
+	fv := summarize("warm /health through Caddy (the edge keeps the manager's answer)", via)
 	fs := summarize("warm /health straight to the container", straight)
 	fv.Floor, fv.Ratio = "straight to the container", fv.P50ms/fs.P50ms
-	fv.Note = fmt.Sprintf("adds %.2f ms at p50", fv.P50ms-fs.P50ms)
+	fv.Note = fmt.Sprintf("adds %.2f ms at p50; the manager was asked %d times for %d requests", fv.P50ms-fs.P50ms, asked, len(via))
 	rps := func(fn func() error) float64 {
 		var n int64
 		var mu sync.Mutex
@@ -387,6 +390,25 @@ func (r *runner) warm(ctx context.Context) error {
 	r.add(fv)
 	r.add(fs)
 	return nil
+}
+
+// resolves is how many resolves the manager has answered (its metric, from
+// the admin socket); -1 when it cannot be read.
+func (r *runner) resolves() int {
+	out, err := r.admin("metrics")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "affido_resolve_seconds_count") {
+			if f := strings.Fields(line); len(f) == 2 {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				n += int(v)
+			}
+		}
+	}
+	return n
 }
 
 func (r *runner) resume(ctx context.Context) error {

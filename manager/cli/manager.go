@@ -181,11 +181,19 @@ func serve(ctx context.Context) error {
 	// The edge's decision cache (issue 30): Caddy keeps a resolve's 200
 	// for up to AFFIDO_EDGE_TTL while it holds this manager's lease; every
 	// revoke and every step that stops serving a sandbox makes it forget
-	// first. It needs the credential cache (the session's expiry) and the
-	// control key (Caddy's polls).
+	// first. It needs the credential cache (the session's expiry), the
+	// control key (Caddy's polls) and an engine that gives each sandbox an
+	// address of its own (Docker's per-user networks): where a Pod's IP
+	// can pass to another user's Pod, a kept endpoint could reach it in
+	// the moment before an engine event is forgotten.
 	var pub *server.Server
 	var decisions *edge.Decisions
-	if cfg.EdgeTTL > 0 && cfg.AuthCacheTTL > 0 && cfg.ControlKey != "" {
+	_, ownAddresses := eng.(*provision.Docker)
+	switch {
+	case cfg.EdgeTTL <= 0:
+	case cfg.AuthCacheTTL <= 0 || cfg.ControlKey == "" || !ownAddresses:
+		log.Warn("AFFIDO_EDGE_TTL is set but Caddy keeps no decisions: it needs AFFIDO_AUTH_CACHE_TTL, AFFIDO_CONTROL_KEY and the Docker engine")
+	default:
 		decisions = edge.New(func(t edgeapi.Touch) { pub.TouchEdge(t) }) // polls come once pub serves
 		mgr.OnUnserve(decisions.Forget)
 	}

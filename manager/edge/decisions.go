@@ -47,6 +47,7 @@ type event struct {
 }
 
 type caddy struct {
+	seen  time.Time // its last poll's arrival
 	acked uint64
 	// leaseEnd bounds the lease of every answer given so far: the poll's
 	// arrival plus the lease (Caddy counts from its sending, earlier).
@@ -88,6 +89,7 @@ func (d *Decisions) Poll(p edgeapi.Poll, done <-chan struct{}) edgeapi.Answer {
 		c = &caddy{}
 		d.caddies[p.Caddy] = c
 	}
+	c.seen = arrived
 	ours := p.Epoch == d.epoch
 	if ours && p.Acked > c.acked && p.Acked <= d.seq {
 		c.acked = p.Acked
@@ -136,11 +138,12 @@ func (d *Decisions) Poll(p edgeapi.Poll, done <-chan struct{}) edgeapi.Answer {
 	return a
 }
 
-// sweepLocked drops Caddies whose last lease ran out long ago (a Caddy
-// that went away). Caller holds mu.
+// sweepLocked drops Caddies not heard from for a minute, whose last lease
+// ran out long ago (a Caddy that went away). One whose poll is held is
+// never dropped: its arrival is recent. Caller holds mu.
 func (d *Decisions) sweepLocked(now time.Time) {
 	for id, c := range d.caddies {
-		if now.Sub(c.leaseEnd) > time.Minute {
+		if now.Sub(c.seen) > time.Minute && now.Sub(c.leaseEnd) > time.Minute {
 			delete(d.caddies, id)
 		}
 	}

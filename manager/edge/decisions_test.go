@@ -114,3 +114,38 @@ func TestAForgetOfEveryoneAndATooLongGapAreAll(t *testing.T) {
 		t.Fatalf("a Caddy past the kept forgets: %+v", a)
 	}
 }
+
+// A Caddy back after a long silence is not dropped by another Caddy's
+// poll while its own is held (the sweep of Caddies gone away): a Forget
+// after its answer waits for it.
+func TestAReturningCaddyIsNotSweptWhileItsPollIsHeld(t *testing.T) {
+	d, _ := settledNow(t)
+	clk := time.Now()
+	var mu sync.Mutex
+	d.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clk }
+	first := poll(d, edgeapi.Poll{Caddy: "x"})
+	mu.Lock()
+	clk = clk.Add(2 * time.Minute) // x went silent; its record is old
+	mu.Unlock()
+	held := make(chan edgeapi.Answer, 1)
+	go func() { held <- d.Poll(edgeapi.Poll{Caddy: "x", Epoch: first.Epoch, Acked: first.Seq}, nil) }()
+	// y polls while x's poll is held (x's record is new or being renewed).
+	for {
+		d.mu.Lock()
+		_, ok := d.caddies["x"]
+		fresh := ok && d.caddies["x"].seen.Equal(clk)
+		d.mu.Unlock()
+		if fresh {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	poll(d, edgeapi.Poll{Caddy: "y"})
+	<-held
+	d.mu.Lock()
+	_, kept := d.caddies["x"]
+	d.mu.Unlock()
+	if !kept {
+		t.Fatal("x's record was swept while its poll was held: a Forget would not wait for its lease")
+	}
+}

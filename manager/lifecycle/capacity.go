@@ -4,16 +4,18 @@ import (
 	"context"
 	"sort"
 	"time"
+
+	"github.com/affido/affido/internal/edgeapi"
 )
 
 // opWait is how long making room waits for a step under way on a sandbox
 // it could put to sleep (a look takes milliseconds; a bring-up longer, and
 // that sandbox is passed over). goingWait is how long it waits for one that
-// is going down already (its agent has 3 s to answer, then the pause): that
-// slot is about to be free.
+// is going down already (the edge's forget, at most one lease; its agent
+// has 3 s to answer; then the pause): that slot is about to be free.
 const (
 	opWait    = time.Second
-	goingWait = 5 * time.Second
+	goingWait = 5*time.Second + edgeapi.Lease
 )
 
 // SetMaxRunning changes how many sandboxes may run at once (0: unlimited).

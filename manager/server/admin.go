@@ -176,6 +176,7 @@ func (a *Admin) Handler() http.Handler {
 		}
 		err := a.Store.PutSession(r.Context(), user, tok, time.Now().Add(ttl))
 		a.Credentials.ForgetSession(tok) // the token may have been another user's, or had another expiry
+		a.Credentials.ForgetEdge("")     // whose it was is not known here
 		if err != nil {
 			return err
 		}

@@ -230,8 +230,18 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if session, _ := credentials(r); session != "" {
+		// Whose it is, so that Caddy forgets that user's decisions alone:
+		// a cookie that names no session has nothing kept anywhere, and a
+		// stranger's sign-out flushes nobody's.
+		owner, _, lookupErr := s.Auth.UserForSession(r.Context(), session)
 		err := s.Accounts.DeleteSession(r.Context(), session)
 		s.Credentials.ForgetSession(session)
+		switch {
+		case lookupErr == nil:
+			s.Credentials.ForgetEdge(owner)
+		case !errors.Is(lookupErr, registry.ErrUnauthenticated): // whose is not known: everyone's
+			s.Credentials.ForgetEdge("")
+		}
 		s.guard().known.forget(keyOf(sessionCred, session))
 		if err != nil {
 			return registryDown(err)

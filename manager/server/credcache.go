@@ -153,7 +153,8 @@ func (c *CredentialCache) drop(k credKey, until time.Time) {
 }
 
 // ForgetSession drops the session token's entry (sign-out, or a session
-// the operator rewrote).
+// the operator rewrote). The caller makes the edge forget too (ForgetEdge),
+// knowing whose the session was.
 func (c *CredentialCache) ForgetSession(token string) {
 	if c == nil {
 		return
@@ -163,8 +164,13 @@ func (c *CredentialCache) ForgetSession(token string) {
 	c.gen++
 	delete(c.m, k)
 	c.mu.Unlock()
-	if c.Edge != nil {
-		c.Edge.Forget("") // whose it was is not known here
+}
+
+// ForgetEdge makes the edge forget user's kept decisions (user "": every
+// user's) and returns once none can be used; nothing without an edge.
+func (c *CredentialCache) ForgetEdge(user string) {
+	if c != nil && c.Edge != nil {
+		c.Edge.Forget(user)
 	}
 }
 
@@ -184,9 +190,7 @@ func (c *CredentialCache) ForgetUser(user string) {
 		}
 	}
 	c.mu.Unlock()
-	if c.Edge != nil {
-		c.Edge.Forget(user)
-	}
+	c.ForgetEdge(user)
 }
 
 // keepFor is how long the edge may keep a decision the credential k made

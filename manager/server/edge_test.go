@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +108,48 @@ type touchingResolver struct {
 func (r *touchingResolver) Touch(user string, activating bool) {
 	r.touched = append(r.touched, user)
 	r.active = append(r.active, activating)
+}
+
+// edgeRecorder records the users the edge is told to forget.
+type edgeRecorder struct {
+	mu     sync.Mutex
+	forgot []string
+}
+
+func (e *edgeRecorder) Forget(user string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.forgot = append(e.forgot, user)
+}
+
+func (e *edgeRecorder) all() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.forgot...)
+}
+
+// A sign-out makes the edge forget its owner's decisions alone, and one
+// with a cookie that names no session (anyone can send it, signed in or
+// not) makes it forget nothing: it cannot flush every user's warm path.
+func TestSignOutForgetsItsOwnerAtTheEdgeAlone(t *testing.T) {
+	e := newAuthEnv(t, false)
+	rec := &edgeRecorder{}
+	e.s.Credentials.Edge = rec
+	for range 3 {
+		bogus := &http.Cookie{Name: SessionCookie, Value: "no-such-session"}
+		if resp, _ := do(t, e.srv, call{"POST", "/auth/sign-out", "", withCookie(bogus, "Content-Type", "application/json")}); resp.StatusCode != 204 {
+			t.Fatalf("a sign-out of nothing: %d", resp.StatusCode)
+		}
+	}
+	if got := rec.all(); len(got) != 0 {
+		t.Fatalf("sign-outs of no session made the edge forget %q", got)
+	}
+	resp, _ := do(t, e.srv, signIn("alice", "right password", nil))
+	c := cookieOf(resp)
+	if resp, _ := do(t, e.srv, call{"POST", "/auth/sign-out", "", withCookie(c, "Content-Type", "application/json")}); resp.StatusCode != 204 {
+		t.Fatalf("sign-out: %d", resp.StatusCode)
+	}
+	if got := rec.all(); len(got) != 1 || got[0] != "alice" {
+		t.Fatalf("alice's sign-out made the edge forget %q, want alice's alone", got)
+	}
 }
