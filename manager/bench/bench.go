@@ -412,22 +412,32 @@ func (r *runner) resolves() int {
 }
 
 func (r *runner) resume(ctx context.Context) error {
-	var paused, pausedFloor, stopped, stoppedFloor []time.Duration
+	var paused, behind, pausedFloor, stopped, stoppedFloor []time.Duration
 	for _, u := range r.users[:r.cfg.Users] {
 		ep, id, err := r.endpoint(ctx, u)
 		if err != nil {
 			return err
 		}
-		// From paused, through the manager.
-		if _, err := r.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
-			return err
+		// From paused by the manager (the idle tier's way: evict --to
+		// paused answers once the container is paused).
+		if out, err := r.admin("evict", u, "--to", "paused"); err != nil {
+			return fmt.Errorf("evict %s to paused: %v: %s", u, err, out)
 		}
-		time.Sleep(50 * time.Millisecond) // let the manager see the event
 		d, err := r.get(ctx, u, "/health")
 		if err != nil {
 			return err
 		}
 		paused = append(paused, d)
+		// From paused behind the manager's back (docker pause): the
+		// manager looks at the container and asks the agent.
+		if _, err := r.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond) // let the manager see the event
+		if d, err = r.get(ctx, u, "/health"); err != nil {
+			return err
+		}
+		behind = append(behind, d)
 		// Floor: raw unpause plus one request.
 		if _, err := r.cli.ContainerPause(ctx, id, client.ContainerPauseOptions{}); err != nil {
 			return err
@@ -467,9 +477,14 @@ func (r *runner) resume(ctx context.Context) error {
 	}
 	fp, fpf := summarize("resume from paused (first request through Caddy)", paused), summarize("raw unpause + one request", pausedFloor)
 	fp.Floor, fp.Ratio = fpf.Name, fp.P50ms/fpf.P50ms
+	fp.Note = "paused by the manager (evict --to paused, as the idle tier does)"
+	fb := summarize("resume from a docker pause behind the manager's back", behind)
+	fb.Floor, fb.Ratio = fpf.Name, fb.P50ms/fpf.P50ms
+	fb.Note = "the manager looks at the container and asks the agent's /health"
 	fs, fsf := summarize("resume from stopped (first request through Caddy)", stopped), summarize("raw start + /health", stoppedFloor)
 	fs.Floor, fs.Ratio = fsf.Name, fs.P50ms/fsf.P50ms
 	r.add(fp)
+	r.add(fb)
 	r.add(fpf)
 	r.add(fs)
 	r.add(fsf)

@@ -86,6 +86,17 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 		return netip.AddrPort{}, err
 	}
 	m.noteRow(b, row)
+	if ep, ok := m.resumable(b, row, claimToken); ok {
+		if err := m.makeRoom(ctx, b); err != nil {
+			return netip.AddrPort{}, err
+		}
+		start := time.Now()
+		if err := m.pauser.Unpause(ctx, row.ContainerID); err == nil {
+			m.metrics.Unpause.Observe(time.Since(start).Seconds())
+			return m.serving(ctx, b, row, row.ContainerID, ep, "paused")
+		}
+		// Changed behind the manager's back after all: look at it.
+	}
 	n := m.names(row.Name)
 	c, err := m.eng.Inspect(ctx, n)
 	if err == nil || errors.Is(err, ErrNotFound) { // read now: earlier events are answered
@@ -165,7 +176,35 @@ func (m *Manager) bringUpWith(ctx context.Context, b *box, slot bool) (netip.Add
 			return netip.AddrPort{}, err
 		}
 	}
-	row.State, row.ContainerID, row.Endpoint = registry.StateRunning, c.ID, ep.String()
+	return m.serving(ctx, b, row, c.ID, ep, tier)
+}
+
+// resumable reports whether b's sandbox can be resumed from paused on
+// what the manager knows, without asking the engine first or the agent
+// after: this manager paused it after its agent answered /pause (frozen;
+// a hung agent, or a pause behind its back, is probed after the unpause)
+// and no engine event came since (a changed container is looked at), on
+// an engine whose
+// sandboxes have addresses of their own (Docker: the row's endpoint is
+// the user's network's), and the stored row says paused in that
+// container. The agent reopens its storage on its next request.
+func (m *Manager) resumable(b *box, row registry.Sandbox, claimToken string) (netip.AddrPort, bool) {
+	if m.pauser == nil || m.nets == nil || claimToken != "" || row.ContainerID == "" || storedState(row.State) != Paused {
+		return netip.AddrPort{}, false
+	}
+	ep, err := netip.ParseAddrPort(row.Endpoint)
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return ep, b.state == Paused && b.frozen && !m.looks[b]
+}
+
+// serving records that b's sandbox runs container id at ep and serves
+// (the row, then the box), and audits a resume from tier.
+func (m *Manager) serving(ctx context.Context, b *box, row registry.Sandbox, id string, ep netip.AddrPort, tier string) (netip.AddrPort, error) {
+	row.State, row.ContainerID, row.Endpoint = registry.StateRunning, id, ep.String()
 	m.mu.Lock()
 	row.LastActiveAt, row.WakeAt = b.lastActive, nil
 	b.wakeAt, b.silent = nil, false

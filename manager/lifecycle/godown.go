@@ -93,6 +93,11 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 		return false, err
 	}
 	m.setState(b, to, netip.AddrPort{})
+	if to == Paused && state.up() {
+		m.mu.Lock()
+		b.frozen = !b.silent && !m.looks[b]
+		m.mu.Unlock()
+	}
 	if wakeAt != nil {
 		m.queue(b.user) // the loop's next look may now be the wake's
 	}

@@ -170,6 +170,10 @@ type box struct {
 	// its wake probes it and replaces a container whose agent still does
 	// not answer, and starts early enough for that (wake.go).
 	silent bool
+	// frozen: this manager paused the sandbox after its agent answered
+	// /pause, and nothing changed it since (setState clears it): a resume
+	// needs neither the engine's look nor the agent's /health.
+	frozen bool
 }
 
 // upResult is a bring-up's answer to the requests that waited for it.
@@ -230,7 +234,7 @@ func (m *Manager) pickSubnet(used []netip.Prefix) (netip.Prefix, error) {
 func (m *Manager) setState(b *box, state State, ep netip.AddrPort) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b.state = state
+	b.state, b.frozen = state, false
 	if ep.IsValid() || !state.up() {
 		b.endpoint = ep
 	}
