@@ -59,8 +59,15 @@ func (r *runner) densityAt(ctx context.Context) error {
 		Note: fmt.Sprintf("cgroup usage less inactive file pages, as docker stats shows; with page cache %.1f MiB; p50 column holds MiB", usage)})
 
 	var resumed, floor []time.Duration
-	time.Sleep(100 * time.Millisecond) // let the manager see the pause events
 	for _, u := range sample(made, 10) {
+		// Up, then paused by the manager, as the idle tier pauses (the
+		// docker pause above was behind its back), then the timed resume.
+		if err := r.getRetrying(ctx, u, "/health"); err != nil {
+			return err
+		}
+		if out, err := r.admin("evict", u, "--to", "paused"); err != nil {
+			return fmt.Errorf("evict %s to paused: %v: %s", u, err, out)
+		}
 		d, err := r.get(ctx, u, "/health")
 		if err != nil {
 			return err

@@ -148,6 +148,7 @@ func (m *Manager) adopt(ctx context.Context, r registry.Sandbox, inv Inventory, 
 		}
 	}
 	b.state, b.endpoint = state, netip.AddrPort{} // Started, not Running: a request checks its agent first
+	b.frozen = false                              // what the engine says now, not a pause this manager made
 	delete(m.looks, b)
 	if state.up() {
 		b.endpoint = ep

@@ -198,7 +198,9 @@ func (m *Manager) resumable(b *box, row registry.Sandbox, claimToken string) (ne
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return ep, b.state == Paused && b.frozen && !m.looks[b]
+	ok := b.state == Paused && b.frozen && !m.looks[b]
+	b.frozen = false // once: a fallback or a later resume looks again
+	return ep, ok
 }
 
 // serving records that b's sandbox runs container id at ep and serves

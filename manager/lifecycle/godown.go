@@ -93,7 +93,10 @@ func (m *Manager) goDown(ctx context.Context, b *box, to State, why cause) (ok b
 		return false, err
 	}
 	m.setState(b, to, netip.AddrPort{})
-	if to == Paused && state.up() {
+	if to == Paused && state == Running && c.Status == StatusRunning {
+		// Paused here, from Running (a bring-up of this manager saw its
+		// agent answer, bound to this user; not an adopted Started one),
+		// after the agent answered /pause: a resume may skip the probe.
 		m.mu.Lock()
 		b.frozen = !b.silent && !m.looks[b]
 		m.mu.Unlock()

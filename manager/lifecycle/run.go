@@ -98,6 +98,13 @@ func (m *Manager) followEvents(ctx context.Context) {
 func (m *Manager) onEvent(ctx context.Context, ev Event) {
 	if ev.Sandbox == "" {
 		if ev.Kind == EventStarted {
+			// Until it is joined to them again, a resume must go through
+			// the probe, which waits for that (Adopt, below).
+			m.mu.Lock()
+			for _, b := range m.boxes {
+				b.frozen = false
+			}
+			m.mu.Unlock()
 			go func() {
 				if err := m.Adopt(ctx); err != nil {
 					m.log.Error("adopt after gateway start", "err", err)

@@ -56,36 +56,3 @@ func TestTheEdgeForgetsBeforeAReset(t *testing.T) {
 		t.Fatalf("forgotten with the container %q, want before the reset removed it", status)
 	}
 }
-
-// A sandbox this manager paused after its agent answered /pause resumes
-// on what the manager knows: the unpause alone, no /health after it (the
-// agent reopens its storage on the request itself). One paused behind the
-// manager's back is probed after the unpause, as before.
-func TestResumeOfAFrozenSandboxAsksTheAgentNothing(t *testing.T) {
-	r := newRig(t, Config{Tiers: Tiers{Pause: time.Minute}})
-	r.run()
-	ep := r.mustResolve("alice")
-	r.clock.Add(2 * time.Minute)
-	r.eventually("paused by the tier", func() bool { return r.state("alice") == Paused })
-	before := r.agents.HealthCalls()
-	if got := r.mustResolve("alice"); got != ep {
-		t.Fatalf("resumed at %s, want %s", got, ep)
-	}
-	if n := r.agents.HealthCalls() - before; n != 0 {
-		t.Fatalf("the resume asked the agent's /health %d times", n)
-	}
-	if s := r.eng.status("alice"); s != StatusRunning {
-		t.Fatalf("after the resume: %s", s)
-	}
-
-	// Paused behind the manager's back: the agent is asked after the unpause.
-	if err := r.eng.Pause(t.Context(), r.eng.containers["alice"].id); err != nil {
-		t.Fatal(err)
-	}
-	r.eventually("the manager to see the pause", func() bool { return r.state("alice") == Paused })
-	before = r.agents.HealthCalls()
-	r.mustResolve("alice")
-	if n := r.agents.HealthCalls() - before; n == 0 {
-		t.Fatal("a sandbox paused behind the manager's back was resumed without asking its agent")
-	}
-}
