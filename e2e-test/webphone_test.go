@@ -440,3 +440,69 @@ func TestWebReadsSurviveANetworkDrop(t *testing.T) {
 		t.Fatalf("the notification URL after the write that failed at the network: %d %s", r.Code, r.Body)
 	}
 }
+
+// The app's modules fail to load (a phone between networks; on this host,
+// Chromium's net::ERR_NETWORK_CHANGED when a sandbox network appears): the
+// page says so and loads itself again, rather than saying "connecting…"
+// for ever. Tried: main.js fails at the network the first time it is
+// fetched.
+func TestWebLoadSurvivesAFailedModule(t *testing.T) {
+	user, password, _ := webUser(t, "modfail")
+	ctx, done := browser(t)
+	defer done()
+	signInInBrowser(t, ctx, user, password)
+
+	var mu sync.Mutex
+	failed, sent := 0, 0
+	held := make(chan fetch.RequestID, 16)
+	_ = chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			select {
+			case held <- e.RequestID:
+			default:
+			}
+		}
+	})
+	go func() {
+		for {
+			var id fetch.RequestID
+			select {
+			case id = <-held:
+			case <-ctx.Done():
+				return
+			}
+			mu.Lock()
+			drop := failed == 0
+			if drop {
+				failed++
+			} else {
+				sent++
+			}
+			mu.Unlock()
+			var err error
+			if drop {
+				_, err = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonConnectionReset})
+			} else {
+				_, err = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+			}
+			if err != nil && ctx.Err() == nil {
+				t.Logf("fetch interception of main.js: %v", err)
+			}
+		}
+	}()
+	if _, err := chromedp.Call(ctx, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
+		t.Fatalf("disable the cache: %v", err)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/app/static/main.js*"}}}); err != nil {
+		t.Fatalf("enable request interception: %v", err)
+	}
+	defer func() { _, _ = chromedp.Call(ctx, fetch.Disable, cdp.Empty{}) }()
+
+	run(t, ctx, "load the app again (one full load: another address)", chromedp.Navigate(baseURL+"/app/?again=1"))
+	until(t, ctx, "the app loaded after all, its stream live", `document.body.dataset.up === '1' && document.querySelector('#stream-state').dataset.state === 'live'`)
+	mu.Lock()
+	defer mu.Unlock()
+	if failed != 1 || sent < 1 {
+		t.Fatalf("main.js failed %d times and was sent %d times; want one failure, then sent", failed, sent)
+	}
+}

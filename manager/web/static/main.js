@@ -8,6 +8,7 @@ import { Timeline, el, describeRule, stamp, say } from './render.js';
 import { Live } from './live.js';
 
 const $ = (id) => document.getElementById(id);
+document.body.dataset.up = '1'; // app.html's guard
 const state = {
   conversation: 0,          // the conversation shown
   conversations: new Map(), // id -> conversation, as last listed
