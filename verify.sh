@@ -2,8 +2,9 @@
 # verify.sh: every test. go vet, the unit tests with -race, then the e2e
 # suites and sandbox lifecycle checks against a real stack (Docker, Postgres,
 # Caddy) that e2e-test/run.sh starts and removes, then the Kubernetes runtime's
-# tests against a real kube-apiserver and etcd (built once by
-# scripts/k8s-assets.sh, in the background while the other steps run).
+# tests against a real kube-apiserver and etcd (kube-apiserver built once by
+# scripts/k8s-assets.sh, etcd unpacked from Debian's package, in the
+# background while the other steps run).
 # --soak runs the chaos soak instead, and nothing else. Ends with "N passed,
 # N failed".
 set -euo pipefail
@@ -228,7 +229,7 @@ wait_images() {
   IMAGES_PID=
 }
 
-# start_k8s_assets builds kube-apiserver and etcd in the background (once:
+# start_k8s_assets readies kube-apiserver and etcd in the background (once:
 # a no-op when the cache has them), so the first build overlaps the other
 # steps.
 start_k8s_assets() {

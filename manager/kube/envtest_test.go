@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// The Kubernetes tests run a real kube-apiserver and etcd (envtest) built
+// The Kubernetes tests run a real kube-apiserver and etcd (envtest) readied
 // by scripts/k8s-assets.sh. Without them the tests skip, unless
 // AFFIDO_REQUIRE_K8S=1 (./verify.sh's Kubernetes step sets it), which makes
 // that a failure. AFFIDO_SKIP_K8S=1 (verify.sh's unit step) skips them:
