@@ -112,15 +112,58 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	usage, err := h.Provider.Serve(r.Context(), w, req)
-	settle(usage)
 	if err != nil {
 		h.Log.Warn("gateway: provider failed", "user", user, "model", req.Model, "err", err)
 	}
-	if usage.PromptTokens+usage.CompletionTokens > 0 && h.Usage != nil {
+	h.account(user, req.Model, usage, settle)
+}
+
+// accountFor is how long account keeps trying the ledger and the usage
+// count while Postgres does not answer (a restart takes about 12 s).
+const accountFor = time.Minute
+
+// account settles the call's reservation, then counts its usage, so the
+// ledger and the count agree. Both are tried once at once; a write that
+// fails (Postgres restarting) is tried again in the background, backing
+// off, for up to accountFor, before the next one: the chaos soak caught a
+// call counted while its reservation stayed open, because the settle
+// failed during a restart and the count a moment later did not.
+func (h *Handler) account(user, model string, usage openai.ChatUsage, settle func(openai.ChatUsage) error) {
+	record := func() error {
+		if usage.PromptTokens+usage.CompletionTokens == 0 || h.Usage == nil {
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		if err := h.Usage.RecordUsage(ctx, user, req.Model, usage.PromptTokens, usage.CompletionTokens); err != nil {
-			h.Log.Warn("gateway: usage not recorded", "user", user, "err", err)
+		return h.Usage.RecordUsage(ctx, user, model, usage.PromptTokens, usage.CompletionTokens)
+	}
+	steps := []func() error{func() error { return settle(usage) }, record}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			h.Log.Warn("gateway: spend or usage not written; trying again", "user", user, "model", model, "err", err)
+			go h.retry(user, steps[i:])
+			return
+		}
+	}
+}
+
+// retry runs steps in order, each again until it succeeds or accountFor
+// has passed since the first try.
+func (h *Handler) retry(user string, steps []func() error) {
+	deadline := time.Now().Add(accountFor)
+	wait := 250 * time.Millisecond
+	for _, step := range steps {
+		for {
+			time.Sleep(wait) // a back-off between tries of a write, not a synchronisation
+			err := step()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				h.Log.Error("gateway: spend or usage not written; the ledger and the count disagree", "user", user, "err", err)
+				return
+			}
+			wait = min(2*wait, 4*time.Second)
 		}
 	}
 }
@@ -131,8 +174,8 @@ func (h *Handler) completions(w http.ResponseWriter, r *http.Request) {
 // records what the call did cost; a call that reported no usage (a stream
 // cut short, a provider that sends none) keeps its worst case, since the
 // provider may bill it anyway.
-func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, req *openai.ChatRequest) (settle func(openai.ChatUsage), ok bool) {
-	none := func(openai.ChatUsage) {}
+func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, req *openai.ChatRequest) (settle func(openai.ChatUsage) error, ok bool) {
+	none := func(openai.ChatUsage) error { return nil }
 	if h.Ledger == nil {
 		return none, true
 	}
@@ -164,16 +207,18 @@ func (h *Handler) reserve(w http.ResponseWriter, r *http.Request, user string, r
 		openai.WriteError(w, http.StatusServiceUnavailable, "server_error", "unavailable", "the spend ledger is unavailable")
 		return none, false
 	}
-	return func(u openai.ChatUsage) {
+	return func(u openai.ChatUsage) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		cost := worst
 		if u.PromptTokens+u.CompletionTokens > 0 {
 			cost = spend.Cost(price, u.PromptTokens, u.CompletionTokens)
 		}
-		if err := h.Ledger.Settle(ctx, id, cost); err != nil {
-			h.Log.Warn("gateway: spend not settled (the reservation stands)", "user", user, "id", id, "err", err)
+		err := h.Ledger.Settle(ctx, id, cost)
+		if errors.Is(err, spend.ErrNotOpen) { // an earlier try's, whose answer was lost
+			return nil
 		}
+		return err
 	}, true
 }
 

@@ -511,3 +511,74 @@ func TestSpendLimitHoldsUnderConcurrency(t *testing.T) {
 		t.Fatalf("unpriced model: %d %+v", code, env)
 	}
 }
+
+// flakyLedger's Settle fails its first fails calls, as while Postgres
+// restarts; order records the writes as they land.
+type flakyLedger struct {
+	spend.Memory
+	mu    sync.Mutex
+	fails int
+	order *[]string
+}
+
+func (l *flakyLedger) Settle(ctx context.Context, id, micros int64) error {
+	l.mu.Lock()
+	if l.fails > 0 {
+		l.fails--
+		l.mu.Unlock()
+		return errors.New("postgres is restarting")
+	}
+	*l.order = append(*l.order, "settled")
+	l.mu.Unlock()
+	return l.Memory.Settle(ctx, id, micros)
+}
+
+type orderedUsage struct {
+	mu    *sync.Mutex
+	order *[]string
+}
+
+func (u orderedUsage) RecordUsage(context.Context, string, string, int64, int64) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	*u.order = append(*u.order, "counted")
+	return nil
+}
+
+// A settle that fails (Postgres restarting) is tried again, and the call's
+// usage is counted only after it: the ledger and the count do not part.
+// Tried: the first two settles fail. (Before, the settle was given up and
+// the count written, so the soak found a call counted whose reservation
+// stayed open.)
+func TestSpendIsSettledBeforeUsageIsCountedAcrossARestart(t *testing.T) {
+	var order []string
+	ledger := &flakyLedger{fails: 2, order: &order}
+	mux := http.NewServeMux()
+	(&gateway.Handler{Caller: caller, Provider: scripted.NewModel([]string{"fake/echo"}), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Prices: map[string]spend.Price{"fake/echo": {Input: 1, Output: 2}}, Ledger: ledger,
+		Limits: spend.Limits{Daily: 1 << 40, Monthly: 1 << 40}, Usage: orderedUsage{&ledger.mu, &order}}).Register(mux)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	if _, err := ask(t, newClient(srv, "sb-token"), "fake/echo", openai.ChatMessage{Role: "user", Content: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ledger.mu.Lock()
+		got := append([]string(nil), order...)
+		ledger.mu.Unlock()
+		if len(got) == 2 {
+			if got[0] != "settled" || got[1] != "counted" {
+				t.Fatalf("writes in the order %v, want settled, then counted", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s the writes are %v, want settled, then counted", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if spent := ledger.Spent("u1"); spent <= 0 {
+		t.Fatalf("spent %d after the settle", spent)
+	}
+}

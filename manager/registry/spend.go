@@ -52,7 +52,7 @@ func (s *Store) Settle(ctx context.Context, id, micros int64) error {
 		return fmt.Errorf("settle spend %d: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("settle spend %d: %w", id, ErrNotFound)
+		return fmt.Errorf("settle spend %d: %w (%w)", id, spend.ErrNotOpen, ErrNotFound)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ type Ledger interface {
 	// limit (the user's own limits if set, else def; today's is doubled
 	// once the owner allowed another day).
 	Reserve(ctx context.Context, user, model string, micros int64, def Limits) (id int64, err error)
-	// Settle replaces reservation id by what the call cost.
+	// Settle replaces reservation id by what the call cost; an error
+	// wrapping ErrNotOpen when it is not open (settled already, or none).
 	Settle(ctx context.Context, id, micros int64) error
 }
 
@@ -85,7 +86,7 @@ func (m *Memory) Settle(_ context.Context, id, micros int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if id < 1 || int(id) > len(m.rows) || m.rows[id-1].settled {
-		return fmt.Errorf("settle %d: no open reservation", id)
+		return fmt.Errorf("settle %d: %w", id, ErrNotOpen)
 	}
 	m.rows[id-1].micros, m.rows[id-1].settled = micros, true
 	return nil

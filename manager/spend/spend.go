@@ -22,6 +22,10 @@ var ErrLimit = errors.New("spend limit reached")
 // ErrAlreadyRaised is returned when today's limit was raised once already.
 var ErrAlreadyRaised = errors.New("today's limit was raised already")
 
+// ErrNotOpen is wrapped by a ledger's Settle when the reservation is not
+// open: settled already (an earlier try whose answer was lost), or none.
+var ErrNotOpen = errors.New("no open reservation")
+
 // Price is what a model costs, in USD per million tokens.
 type Price struct {
 	Input, Output float64
