@@ -110,19 +110,32 @@ func (c *Cache) Get(k Key) (Decision, bool) {
 		c.deleteLocked(k, d)
 		return Decision{}, false
 	}
-	t := c.touched[d.User]
+	var tokens []string
+	if d.Token != "" {
+		tokens = []string{d.Token}
+	}
+	c.touchLocked(d.User, d.Activating, tokens)
+	return d, true
+}
+
+// touchLocked records user as answered from the cache, with the API
+// tokens used (at most 16 kept). Caller holds mu.
+func (c *Cache) touchLocked(user string, active bool, tokens []string) {
+	t := c.touched[user]
 	if t == nil {
 		t = &touch{}
-		c.touched[d.User] = t
+		c.touched[user] = t
 	}
-	t.active = t.active || d.Activating
-	if d.Token != "" && len(t.tokens) < 16 {
+	t.active = t.active || active
+	for _, tok := range tokens {
+		if len(t.tokens) >= 16 {
+			break
+		}
 		if t.tokens == nil {
 			t.tokens = map[string]bool{}
 		}
-		t.tokens[d.Token] = true
+		t.tokens[tok] = true
 	}
-	return d, true
 }
 
 // Begin returns the generation to hand to Put once the manager answered.
@@ -220,18 +233,7 @@ func (c *Cache) Untouch(ts []edgeapi.Touch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range ts {
-		t := c.touched[e.User]
-		if t == nil {
-			t = &touch{}
-			c.touched[e.User] = t
-		}
-		t.active = t.active || e.Active
-		for _, tok := range e.Tokens {
-			if t.tokens == nil {
-				t.tokens = map[string]bool{}
-			}
-			t.tokens[tok] = true
-		}
+		c.touchLocked(e.User, e.Active, e.Tokens)
 	}
 }
 

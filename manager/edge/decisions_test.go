@@ -130,6 +130,7 @@ func TestAReturningCaddyIsNotSweptWhileItsPollIsHeld(t *testing.T) {
 	held := make(chan edgeapi.Answer, 1)
 	go func() { held <- d.Poll(edgeapi.Poll{Caddy: "x", Epoch: first.Epoch, Acked: first.Seq}, nil) }()
 	// y polls while x's poll is held (x's record is new or being renewed).
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		d.mu.Lock()
 		_, ok := d.caddies["x"]
@@ -138,7 +139,10 @@ func TestAReturningCaddyIsNotSweptWhileItsPollIsHeld(t *testing.T) {
 		if fresh {
 			break
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatal("x's poll did not arrive in 10 s")
+		}
+		time.Sleep(time.Millisecond) // the pace of the poll for the condition
 	}
 	poll(d, edgeapi.Poll{Caddy: "y"})
 	<-held
